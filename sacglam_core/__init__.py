@@ -1,0 +1,1 @@
+"""SAC-GLAM: online RL for LLM agents with Soft Actor-Critic and hindsight relabelling."""
