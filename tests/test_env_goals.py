@@ -84,12 +84,16 @@ def test_unknown_goal_is_rejected_with_its_name():
 
 
 def test_cli_goals_and_stats():
-    run = lambda *args: subprocess.run(  # noqa: E731
-        [sys.executable, "-m", "sacglam_core.envs", *args], capture_output=True, text=True, check=True
-    ).stdout
+    run = lambda *args: (
+        subprocess.run(  # noqa: E731
+            [sys.executable, "-m", "sacglam_core.envs", *args], capture_output=True, text=True, check=True
+        ).stdout
+    )
     assert run("goals", "--split", "train").splitlines() == catalog().goals("train")
     assert len(run("goals", "--split", "test", "--simplified").splitlines()) == 64
     stats = run("stats")
     assert "8470" in stats and "3145" in stats and "97.85%" in stats
-    bad = subprocess.run([sys.executable, "-m", "sacglam_core.envs", "goals", "--split", "dev"], capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "sacglam_core.envs", "goals", "--split", "dev"], capture_output=True, text=True
+    )
     assert bad.returncode != 0 and "invalid choice: 'dev'" in bad.stderr

@@ -33,7 +33,9 @@ def replay_rewards(config: EnvConfig, goal: str, scene: list[str], actions: list
     return rewards
 
 
-@pytest.mark.parametrize("config", [EnvConfig(max_steps=30), EnvConfig.simplified_variant()], ids=["full", "simplified"])
+@pytest.mark.parametrize(
+    "config", [EnvConfig(max_steps=30), EnvConfig.simplified_variant()], ids=["full", "simplified"]
+)
 def test_reported_goals_give_reward_exactly_when_reported(config):
     env = PlaygroundText(config, seed=5)
     rng = random.Random(5)
@@ -55,8 +57,15 @@ def test_reported_goals_give_reward_exactly_when_reported(config):
 
 def test_sequential_reports_need_the_first_part_earlier_or_now():
     env = PlaygroundText(seed=0)
-    env.reset(options={"goal": "Grasp red dog", "scene": ["red water", "blue cat", "red dog", "red sofa", "blue door", "green dog"]})
-    reports = [env.step(a)[4]["achieved_goals"] for a in ("Go to red water", "Grasp", "Go to red dog", "Go to blue cat")]
+    env.reset(
+        options={
+            "goal": "Grasp red dog",
+            "scene": ["red water", "blue cat", "red dog", "red sofa", "blue door", "green dog"],
+        }
+    )
+    reports = [
+        env.step(a)[4]["achieved_goals"] for a in ("Go to red water", "Grasp", "Go to red dog", "Go to blue cat")
+    ]
     assert "Grasp red water" in reports[1]
     assert "Grow red dog" in reports[2]
     assert "Grow red dog then grow blue cat" not in reports[2]
@@ -68,6 +77,10 @@ def test_sequential_reports_need_the_first_part_earlier_or_now():
 def test_partner_of_the_simplified_variant_reports_simple_goals_only():
     env = PlaygroundText(EnvConfig.simplified_variant(), seed=0)
     env.reset(options={"goal": "Grasp red dog", "scene": ["red water", "blue cat", "red dog"]})
-    reports = [g for a in ("Go to red water", "Grasp", "Go to red dog", "Go to blue cat") for g in env.step(a)[4]["achieved_goals"]]
+    reports = [
+        g
+        for a in ("Go to red water", "Grasp", "Go to red dog", "Go to blue cat")
+        for g in env.step(a)[4]["achieved_goals"]
+    ]
     assert "Grow blue cat" in reports
     assert all(" then " not in g for g in reports)

@@ -14,5 +14,9 @@ def readme_commands() -> list[str]:
 def test_readme_has_two_commands_and_ci_runs_the_test_one():
     setup, tests = readme_commands()
     assert "bootstrap.sh" in setup and "pytest" in tests
-    ci = [line for line in (ROOT / ".ci/run").read_text().splitlines() if line and not line.startswith(("#", "set ", "cd "))]
+    ci = [
+        line
+        for line in (ROOT / ".ci/run").read_text().splitlines()
+        if line and not line.startswith(("#", "set ", "cd "))
+    ]
     assert ci == [tests]

@@ -13,7 +13,7 @@ class UnknownGoalError(ValueError):
     """A goal string that is not in the goal language."""
 
 
-class GoalType(str, enum.Enum):
+class GoalType(enum.StrEnum):
     GRASP = "grasp"
     GROW = "grow"
     GROW_THEN_GRASP = "grow then grasp"

@@ -40,7 +40,7 @@ class ObjectKind:
         """Whether the goal-language `name` (a type or a category name) describes this object."""
         return name in (self.type, self.category) or (name == "living_thing" and self.is_living)
 
-    def grows_with(self, supply: "ObjectKind") -> bool:
+    def grows_with(self, supply: ObjectKind) -> bool:
         """Water grows every living thing; food grows animals only."""
         if supply.type == "water":
             return self.is_living

@@ -39,7 +39,9 @@ class SocialPartner:
 
     def __init__(self, goals: GoalCatalog | None = None, sequential: bool = True) -> None:
         self._catalog = goals or catalog()
-        self._train_simple = frozenset(self._catalog.parse(t).parts[0].index for t in self._catalog.simple_by_split["train"])
+        self._train_simple = frozenset(
+            self._catalog.parse(t).parts[0].index for t in self._catalog.simple_by_split["train"]
+        )
         self._train_sequential = self._catalog.sequential["train"] if sequential else {}
         self.reset()
 

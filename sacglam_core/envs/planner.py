@@ -6,7 +6,7 @@ It is an oracle for tests (every goal is solvable within the horizon) and a refe
 from __future__ import annotations
 
 from sacglam_core.envs.goals import SimpleGoal
-from sacglam_core.envs.playground import GO_TO_TEXT, RELEASE_TEXT, GRASP, PlaygroundText
+from sacglam_core.envs.playground import GO_TO_TEXT, GRASP, RELEASE_TEXT, PlaygroundText
 
 
 def planner_action(env: PlaygroundText) -> str:
@@ -36,7 +36,9 @@ def _grow_action(env: PlaygroundText, part: SimpleGoal) -> str:
         if any(kinds[target].grows_with(kinds[s]) for s in held_supplies):
             # Meeting happens at the destination; a held target meets its supply anywhere.
             return _go_to(env, target if target not in env.held else next(s for s, p in enumerate(env.loc) if p >= 0))
-    supplies = [s for s, k in enumerate(kinds) if k.category == "supply" and any(kinds[t].grows_with(k) for t in targets)]
+    supplies = [
+        s for s, k in enumerate(kinds) if k.category == "supply" and any(kinds[t].grows_with(k) for t in targets)
+    ]
     if env.on in supplies and len(env.held) < env.config.capacity:
         return GRASP
     if len(env.held) >= env.config.capacity:

@@ -54,7 +54,7 @@ class EnvConfig:
             raise ValueError(f"EnvConfig.max_steps must be at least 1, got {self.max_steps}")
 
     @classmethod
-    def simplified_variant(cls, **overrides: Any) -> "EnvConfig":
+    def simplified_variant(cls, **overrides: Any) -> EnvConfig:
         """The paper's simplified environment: simple goals only, N=3 objects."""
         return cls(**{"n_objects": 3, "simplified": True, **overrides})
 
@@ -63,6 +63,9 @@ GRASP = "Grasp"
 RELEASE_ALL = "Release all"
 GO_TO_TEXT = tuple(f"Go to {k.name}" for k in KINDS)
 RELEASE_TEXT = tuple(f"Release {k.name}" for k in KINDS)
+# Every action string the environment can offer, for critics with one output per action.
+ACTION_VOCABULARY: tuple[str, ...] = (*GO_TO_TEXT, GRASP, *RELEASE_TEXT, RELEASE_ALL)
+ACTION_INDEX: dict[str, int] = {a: i for i, a in enumerate(ACTION_VOCABULARY)}
 _WATER = tuple(KIND_BY_NAME[f"{c} water"] for c in COLORS)
 _SUPPLIES = tuple(KIND_BY_NAME[f"{c} {t}"] for t in CATEGORIES["supply"] for c in COLORS)
 _CATEGORY_KINDS = tuple(tuple(k for k in KINDS if k.category == c) for c in CATEGORIES)

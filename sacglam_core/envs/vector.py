@@ -42,7 +42,10 @@ class VectorPlayground:
         goals = (options or {}).get("goals")
         if goals is not None and len(goals) != self.num_envs:
             raise ValueError(f"options['goals'] has {len(goals)} goals for {self.num_envs} environments")
-        results = [env.reset(options=None if goals is None else {"goal": g}) for env, g in zip(self.envs, goals or [None] * self.num_envs)]
+        results = [
+            env.reset(options=None if goals is None else {"goal": g})
+            for env, g in zip(self.envs, goals or [None] * self.num_envs)
+        ]
         obs = [o for o, _ in results]
         return obs, self._stack([i for _, i in results], [None] * self.num_envs, [None] * self.num_envs)
 

@@ -1,0 +1,19 @@
+"""The GLAM agent: LLM policy over candidate actions (paper section 2.1), critic heads (Appendix B)."""
+
+from sacglam_core.agent.agent import AgentConfig, GlamAgent
+from sacglam_core.agent.batch import CandidateBatch
+from sacglam_core.agent.critic import Critic, CriticConfig, ValueHead
+from sacglam_core.agent.lm import GlamLM, LMOutput
+from sacglam_core.agent.policy import CandidateDistribution
+
+__all__ = [
+    "AgentConfig",
+    "CandidateBatch",
+    "CandidateDistribution",
+    "Critic",
+    "CriticConfig",
+    "GlamAgent",
+    "GlamLM",
+    "LMOutput",
+    "ValueHead",
+]

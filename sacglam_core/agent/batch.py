@@ -1,0 +1,91 @@
+"""Batches of prompts, each with its own variable-length list of candidate actions, as token ids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class CandidateBatch:
+    """B prompts and A candidate actions in total; `owner[j]` is the prompt of action j.
+
+    Prompts are padded on the left for causal LMs (so their last token is aligned) and on the right for
+    seq2seq models; actions are padded on the right. `action_index` holds each action's index in a fixed
+    action vocabulary, for critics with one output per action (-1 where unknown).
+    """
+
+    prompt_ids: torch.Tensor  # [B, Lp]
+    prompt_mask: torch.Tensor  # [B, Lp]
+    action_ids: torch.Tensor  # [A, La]
+    action_mask: torch.Tensor  # [A, La]
+    owner: torch.Tensor  # [A]
+    counts: torch.Tensor  # [B] candidates per prompt
+    action_index: torch.Tensor  # [A]
+    prompt_tokens: list[list[int]]
+    action_tokens: list[list[int]]
+
+    @property
+    def num_prompts(self) -> int:
+        return self.prompt_ids.shape[0]
+
+    @property
+    def max_candidates(self) -> int:
+        return int(self.counts.max())
+
+    def to(self, device: torch.device | str) -> CandidateBatch:
+        for name in ("prompt_ids", "prompt_mask", "action_ids", "action_mask", "owner", "counts", "action_index"):
+            setattr(self, name, getattr(self, name).to(device))
+        return self
+
+    def slots(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(row, column) of every action in a padded [B, max_candidates] layout."""
+        starts = torch.cumsum(self.counts, 0) - self.counts
+        column = torch.arange(len(self.owner), device=self.owner.device) - starts[self.owner]
+        return self.owner, column
+
+    def pad(self, values: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
+        """Per-action values [A, ...] laid out as [B, max_candidates, ...]."""
+        out = values.new_full((self.num_prompts, self.max_candidates, *values.shape[1:]), fill)
+        row, column = self.slots()
+        return out.index_put((row, column), values)
+
+    def candidate_mask(self) -> torch.Tensor:
+        """[B, max_candidates]: True where a candidate exists."""
+        return torch.arange(self.max_candidates, device=self.counts.device)[None, :] < self.counts[:, None]
+
+
+def pad_rows(rows: list[list[int]], value: int, left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad token lists to one width; returns ids and the attention mask."""
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), value, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        span = slice(width - len(row), width) if left else slice(0, len(row))
+        ids[i, span] = torch.tensor(row, dtype=torch.long)
+        mask[i, span] = 1
+    return ids, mask
+
+
+def collate(
+    prompts: list[list[int]],
+    candidates: list[list[list[int]]],
+    pad_id: int,
+    left_pad_prompts: bool,
+    action_index: list[list[int]] | None = None,
+) -> CandidateBatch:
+    """Build a batch from token ids: one prompt and its candidate actions per entry."""
+    if len(prompts) != len(candidates):
+        raise ValueError(f"{len(prompts)} prompts but {len(candidates)} candidate lists")
+    if any(len(c) == 0 for c in candidates):
+        raise ValueError("every prompt needs at least one candidate action")
+    prompt_ids, prompt_mask = pad_rows(prompts, pad_id, left=left_pad_prompts)
+    flat = [a for actions in candidates for a in actions]
+    action_ids, action_mask = pad_rows(flat, pad_id)
+    counts = torch.tensor([len(c) for c in candidates], dtype=torch.long)
+    owner = torch.repeat_interleave(torch.arange(len(prompts)), counts)
+    index = torch.tensor(
+        [i for idx in action_index for i in idx] if action_index else [-1] * len(flat), dtype=torch.long
+    )
+    return CandidateBatch(prompt_ids, prompt_mask, action_ids, action_mask, owner, counts, index, prompts, flat)

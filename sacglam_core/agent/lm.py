@@ -1,0 +1,220 @@
+"""The LLM seen the GLAM way: scores of candidate actions given a prompt, and hidden states for heads.
+
+`GlamLM.score` computes every prompt's candidates in one batched pass. For a seq2seq model the encoder
+runs once per prompt and its output is reused by all of that prompt's actions; for a causal LM the
+prompt runs once and its key/value cache is shared by all of its actions. `score_naive` is the
+reference: one full forward per (prompt, action) pair.
+
+Several named weight sets can live beside the main one ("default"): with LoRA they are peft adapters
+on the same base model, otherwise full copies. Critics and target critics use them.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers.modeling_outputs import BaseModelOutput
+
+from sacglam_core.agent.batch import CandidateBatch, collate, pad_rows
+
+DEFAULT = "default"
+
+
+@dataclass
+class LMOutput:
+    action_logp: torch.Tensor  # [A] summed log-probability of each action's tokens (paper eq. 1)
+    action_hidden: torch.Tensor | None = None  # [A, d] final hidden state at each action's last token
+    prompt_hidden: torch.Tensor | None = None  # [B, d] hidden state that sees the prompt alone
+
+
+class GlamLM(nn.Module):
+    def __init__(self, model: nn.Module, tokenizer, architecture: str) -> None:
+        super().__init__()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.architecture = architecture
+        self.copies = nn.ModuleDict()  # full-weight copies, when there is no LoRA
+        self.lora = hasattr(model, "peft_config")
+        self._active = DEFAULT
+        config = self.base_config
+        self.hidden_size = config.d_model if hasattr(config, "d_model") else config.hidden_size
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        probe = tokenizer("x").input_ids
+        self.prompt_ends_with_eos = tokenizer.eos_token_id is not None and probe[-1] == tokenizer.eos_token_id
+
+    @property
+    def base_config(self):
+        return self.model.config
+
+    @property
+    def seq2seq(self) -> bool:
+        return self.architecture == "seq2seq"
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # -- weight sets -----------------------------------------------------------------------------
+    def add_weights(self, name: str, source: str = DEFAULT, trainable: bool = True) -> None:
+        """A new weight set `name`, initialised from `source` (an adapter, or a full copy)."""
+        if self.lora:
+            with self._keep_trainable_flags():
+                self.model.add_adapter(name, self.model.peft_config[DEFAULT])
+            for param in self.parameters_of(name):
+                param.requires_grad_(trainable)
+            self.polyak(source, name, tau=1.0)
+        else:
+            self.copies[name] = copy.deepcopy(self._module(source))
+            self.copies[name].requires_grad_(trainable)
+
+    def parameters_of(self, name: str = DEFAULT) -> list[nn.Parameter]:
+        """The trainable tensors of a weight set (LoRA weights, or the whole model)."""
+        if self.lora:
+            tag = f".{name}."
+            return [p for n, p in self.model.named_parameters() if tag in n and "lora_" in n]
+        return list(self._module(name).parameters())
+
+    @torch.no_grad()
+    def polyak(self, source: str, target: str, tau: float) -> None:
+        """target <- tau * source + (1 - tau) * target."""
+        for s, t in zip(self.parameters_of(source), self.parameters_of(target), strict=True):
+            t.lerp_(s.to(t.dtype), tau)
+
+    @contextmanager
+    def using(self, name: str) -> Iterator[None]:
+        """Run the model with weight set `name` inside the block."""
+        if name == self._active:
+            yield
+            return
+        previous = self._active
+        self._activate(name)
+        try:
+            yield
+        finally:
+            self._activate(previous)
+
+    def _activate(self, name: str) -> None:
+        if self.lora:
+            with self._keep_trainable_flags():
+                self.model.base_model.set_adapter(name)
+        self._active = name
+
+    @contextmanager
+    def _keep_trainable_flags(self) -> Iterator[None]:
+        # peft's set_adapter/add_adapter also flip requires_grad; the optimizers own those flags here.
+        flags = {n: p.requires_grad for n, p in self.model.named_parameters()}
+        yield
+        for n, p in self.model.named_parameters():
+            if n in flags:
+                p.requires_grad_(flags[n])
+
+    def _module(self, name: str) -> nn.Module:
+        return self.model if name == DEFAULT or self.lora else self.copies[name]
+
+    # -- batching --------------------------------------------------------------------------------
+    def collate(self, prompts: list[list[int]], candidates: list[list[list[int]]], action_index=None) -> CandidateBatch:
+        return collate(
+            prompts, candidates, self.pad_id, left_pad_prompts=not self.seq2seq, action_index=action_index
+        ).to(self.device)
+
+    # -- forward passes --------------------------------------------------------------------------
+    def score(self, batch: CandidateBatch, hidden: bool = False) -> LMOutput:
+        """Scores of all candidates; with `hidden`, also the action and prompt hidden states."""
+        return self._score_seq2seq(batch, hidden) if self.seq2seq else self._score_causal(batch, hidden)
+
+    def _score_seq2seq(self, batch: CandidateBatch, hidden: bool) -> LMOutput:
+        model = self._module(self._active)
+        encoded = model.get_encoder()(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask)
+        start = torch.full_like(batch.action_ids[:, :1], model.config.decoder_start_token_id)
+        out = model(
+            encoder_outputs=BaseModelOutput(last_hidden_state=encoded.last_hidden_state[batch.owner]),
+            attention_mask=batch.prompt_mask[batch.owner],
+            decoder_input_ids=torch.cat([start, batch.action_ids], 1),
+            decoder_attention_mask=torch.cat([torch.ones_like(start), batch.action_mask], 1),
+            output_hidden_states=hidden,
+        )
+        logp = _token_logp(out.logits[:, :-1], batch.action_ids, batch.action_mask)
+        if not hidden:
+            return LMOutput(logp)
+        states = out.decoder_hidden_states[-1]  # [A, La + 1, d]; position 0 sees the prompt only
+        rows = torch.arange(len(states), device=states.device)
+        first_of_prompt = torch.cumsum(batch.counts, 0) - batch.counts
+        return LMOutput(logp, states[rows, batch.action_mask.sum(1)], states[first_of_prompt, 0])
+
+    def _score_causal(self, batch: CandidateBatch, hidden: bool) -> LMOutput:
+        model = self._module(self._active)
+        prompt_positions = (batch.prompt_mask.cumsum(1) - 1).clamp(min=0)
+        prefix = model(
+            input_ids=batch.prompt_ids,
+            attention_mask=batch.prompt_mask,
+            position_ids=prompt_positions,
+            use_cache=True,
+            output_hidden_states=hidden,
+        )
+        cache = prefix.past_key_values
+        cache.batch_select_indices(batch.owner)  # share each prompt's keys/values with its actions
+        prompt_len = batch.prompt_mask.sum(1)[batch.owner]
+        width = batch.action_ids.shape[1]
+        out = model(
+            input_ids=batch.action_ids,
+            attention_mask=torch.cat([batch.prompt_mask[batch.owner], batch.action_mask], 1),
+            position_ids=prompt_len[:, None] + torch.arange(width, device=prompt_len.device)[None, :],
+            past_key_values=cache,
+            output_hidden_states=hidden,
+        )
+        logits = torch.cat([prefix.logits[batch.owner, -1:], out.logits[:, :-1]], 1)
+        logp = _token_logp(logits, batch.action_ids, batch.action_mask)
+        if not hidden:
+            return LMOutput(logp)
+        states = out.hidden_states[-1]
+        rows = torch.arange(len(states), device=states.device)
+        return LMOutput(logp, states[rows, batch.action_mask.sum(1) - 1], prefix.hidden_states[-1][:, -1])
+
+    def concat_hidden(self, batch: CandidateBatch) -> torch.Tensor:
+        """[A, d] the paper's critic input: the LLM reads prompt + action, one sequence per action.
+
+        For a seq2seq model the encoder reads the concatenation and the decoder's first hidden state
+        summarises it; for a causal LM, the last token's hidden state does.
+        """
+        model = self._module(self._active)
+        prompts = [batch.prompt_tokens[i] for i in batch.owner.tolist()]
+        if self.seq2seq:
+            eos = [self.tokenizer.eos_token_id] if self.prompt_ends_with_eos else []
+            rows = [(p[:-1] if eos else p) + a + eos for p, a in zip(prompts, batch.action_tokens)]
+            ids, mask = (t.to(self.device) for t in pad_rows(rows, self.pad_id))
+            start = torch.full_like(ids[:, :1], model.config.decoder_start_token_id)
+            out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=start, output_hidden_states=True)
+            return out.decoder_hidden_states[-1][:, 0]
+        rows = [p + a for p, a in zip(prompts, batch.action_tokens)]
+        ids, mask = (t.to(self.device) for t in pad_rows(rows, self.pad_id, left=True))
+        positions = (mask.cumsum(1) - 1).clamp(min=0)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, output_hidden_states=True)
+        return out.hidden_states[-1][:, -1]
+
+    def score_naive(self, prompts: list[list[int]], candidates: list[list[list[int]]]) -> torch.Tensor:
+        """Reference scores: one unpadded forward per (prompt, action) pair. [A]"""
+        model = self._module(self._active)
+        scores = []
+        for prompt_ids, actions in zip(prompts, candidates):
+            for action in actions:
+                p = torch.tensor([prompt_ids], device=self.device)
+                a = torch.tensor([action], device=self.device)
+                if self.seq2seq:
+                    start = torch.full_like(a[:, :1], model.config.decoder_start_token_id)
+                    logits = model(input_ids=p, decoder_input_ids=torch.cat([start, a[:, :-1]], 1)).logits
+                else:
+                    logits = model(input_ids=torch.cat([p, a], 1)).logits[:, p.shape[1] - 1 : -1]
+                scores.append(_token_logp(logits, a, torch.ones_like(a))[0])
+        return torch.stack(scores)
+
+
+def _token_logp(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Sum over each row of log p(token) where mask is 1. logits [A, L, V], tokens/mask [A, L]."""
+    logits = logits.float()
+    picked = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
+    return (picked * mask).sum(-1)

@@ -1,0 +1,40 @@
+"""The GLAM policy: a softmax over each prompt's candidate actions of their summed token log-probs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from sacglam_core.agent.batch import CandidateBatch
+
+
+@dataclass
+class CandidateDistribution:
+    """pi(a | o, g) over each prompt's candidates (paper eq. 2), laid out [B, max_candidates].
+
+    `log_probs` is 0 where a prompt has no candidate, so sums over the last axis are safe.
+    """
+
+    log_probs: torch.Tensor
+    mask: torch.Tensor
+
+    @classmethod
+    def from_scores(cls, action_logp: torch.Tensor, batch: CandidateBatch) -> CandidateDistribution:
+        mask = batch.candidate_mask()
+        log_probs = torch.log_softmax(batch.pad(action_logp, fill=float("-inf")), 1)
+        return cls(log_probs.masked_fill(~mask, 0.0), mask)
+
+    @property
+    def probs(self) -> torch.Tensor:
+        return self.log_probs.exp() * self.mask
+
+    def entropy(self) -> torch.Tensor:
+        return -(self.probs * self.log_probs).sum(1)
+
+    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        """One candidate column per prompt."""
+        return torch.multinomial(self.probs.float(), 1, generator=generator).squeeze(1)
+
+    def greedy(self) -> torch.Tensor:
+        return self.log_probs.masked_fill(~self.mask, float("-inf")).argmax(1)

@@ -1,0 +1,33 @@
+"""Command line: `python -m sacglam_core.models build-tiny <dir>` and `... stage <hub-id> --cache-dir <dir>`."""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sacglam_core.models", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    tiny = commands.add_parser("build-tiny", help="build the tiny T5 and causal LM offline (deterministic)")
+    tiny.add_argument("out_dir")
+    tiny.add_argument("--seed", type=int, default=0)
+    stage = commands.add_parser("stage", help="download a Hugging Face model into a shared cache (needs internet)")
+    stage.add_argument("name", help="hub id, e.g. google/flan-t5-base")
+    stage.add_argument("--cache-dir", default=None)
+    args = parser.parse_args(argv)
+    if args.command == "build-tiny":
+        from sacglam_core.models.tiny import TinySpec, build_tiny
+
+        torch.set_num_threads(min(2, torch.get_num_threads()))  # same float reductions on every machine size
+        build_tiny(args.out_dir, TinySpec(seed=args.seed))
+    else:
+        from sacglam_core.models.loading import stage as stage_model
+
+        print(stage_model(args.name, args.cache_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

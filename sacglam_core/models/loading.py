@@ -1,0 +1,167 @@
+"""Load a Hugging Face seq2seq or causal LM (hub id or local folder), optionally 4-bit and with LoRA."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel
+
+Architecture = Literal["seq2seq", "causal"]
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """The model is neither a local folder nor in the Hugging Face cache (and cannot be downloaded)."""
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """LoRA through peft. `target_modules="all-linear"` adapts every linear layer but the output head."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] | str = "all-linear"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which LLM to load and how.
+
+    `name_or_path` is a hub id (`google/flan-t5-base`) or a local folder. `architecture="auto"` reads it
+    from the model's config. `load_in_4bit` quantizes to nf4 with double quantization and bf16 compute
+    (QLoRA), and then needs LoRA, since 4-bit weights cannot be trained.
+    """
+
+    name_or_path: str
+    architecture: Literal["auto", "seq2seq", "causal"] = "auto"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "cpu"
+    lora: LoraSettings | None = None
+    load_in_4bit: bool = False
+    cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"model.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.architecture not in ("auto", "seq2seq", "causal"):
+            raise ValueError(f"model.architecture must be auto, seq2seq or causal, got {self.architecture!r}")
+        if self.load_in_4bit and self.lora is None:
+            raise ValueError("model.load_in_4bit needs model.lora: 4-bit weights can only be trained through adapters")
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _not_found(config: ModelConfig, cause: Exception) -> ModelNotFoundError:
+    name = config.name_or_path
+    if _looks_like_path(name):
+        where = f"there is no model folder at {name!r}"
+    else:
+        cache = (
+            config.cache_dir or os.environ.get("HF_HUB_CACHE") or os.environ.get("HF_HOME") or "~/.cache/huggingface"
+        )
+        where = f"{name!r} is not in the Hugging Face cache ({cache})" + (
+            " and HF_HUB_OFFLINE is set" if hub_offline() else ""
+        )
+    return ModelNotFoundError(
+        f"model not found: {where}. Stage it on a machine with internet access with "
+        f"`python -m sacglam_core.models stage {name} --cache-dir <shared cache>` and point HF_HOME "
+        f"(or model.cache_dir) at that cache; tiny models are built offline with "
+        f"`python -m sacglam_core.models build-tiny <dir>`. ({type(cause).__name__}: {cause})"
+    )
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or Path(name).exists()
+
+
+def resolve_architecture(config: ModelConfig) -> Architecture:
+    if config.architecture != "auto":
+        return config.architecture
+    try:
+        hf_config = AutoConfig.from_pretrained(
+            os.path.expanduser(config.name_or_path), cache_dir=config.cache_dir, local_files_only=hub_offline()
+        )
+    except (OSError, ValueError) as error:
+        raise _not_found(config, error) from error
+    return "seq2seq" if hf_config.is_encoder_decoder else "causal"
+
+
+def load_tokenizer(config: ModelConfig):
+    try:
+        return AutoTokenizer.from_pretrained(
+            os.path.expanduser(config.name_or_path), cache_dir=config.cache_dir, local_files_only=hub_offline()
+        )
+    except (OSError, ValueError) as error:
+        raise _not_found(config, error) from error
+
+
+def load_model(config: ModelConfig) -> tuple[PreTrainedModel, Architecture]:
+    """The model (peft-wrapped when LoRA is on) and its architecture."""
+    architecture = resolve_architecture(config)
+    auto = AutoModelForSeq2SeqLM if architecture == "seq2seq" else AutoModelForCausalLM
+    kwargs: dict = {"dtype": DTYPES[config.dtype], "cache_dir": config.cache_dir, "local_files_only": hub_offline()}
+    if config.load_in_4bit:
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.bfloat16,
+        )
+        kwargs["device_map"] = {"": config.device}
+    try:
+        model = auto.from_pretrained(os.path.expanduser(config.name_or_path), **kwargs)
+    except (OSError, ValueError) as error:
+        raise _not_found(config, error) from error
+    if not config.load_in_4bit:
+        model.to(config.device)
+    if config.load_in_4bit:
+        _fix_cpu_4bit_backward(model)
+    if config.lora is not None:
+        model = _add_lora(model, config, architecture)
+    return model, architecture
+
+
+def _fix_cpu_4bit_backward(model: torch.nn.Module) -> None:
+    """On CPUs with AVX512-BF16, bitsandbytes repacks 4-bit weights after a no_grad eval forward and then
+    runs a kernel without backward, so LoRA silently gets no gradient. Turning that fast path off avoids
+    it (and is faster). See tests/test_models.py::test_4bit_lora_gets_gradients_after_no_grad_rollout."""
+    import bitsandbytes as bnb
+
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            module.support_avx512bf16_for_cpu = False
+
+
+def _add_lora(model: PreTrainedModel, config: ModelConfig, architecture: Architecture):
+    from peft import LoraConfig, TaskType, get_peft_model, prepare_model_for_kbit_training
+
+    if config.load_in_4bit:
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    lora = config.lora
+    targets = lora.target_modules if isinstance(lora.target_modules, str) else list(lora.target_modules)
+    peft_config = LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=targets,
+        task_type=TaskType.SEQ_2_SEQ_LM if architecture == "seq2seq" else TaskType.CAUSAL_LM,
+    )
+    return get_peft_model(model, peft_config)
+
+
+def stage(name: str, cache_dir: str | None) -> str:
+    """Download a hub model into a (shared) cache, for compute nodes that run offline. Returns its path."""
+    from huggingface_hub import snapshot_download
+
+    if hub_offline():
+        raise RuntimeError("HF_HUB_OFFLINE is set: staging needs the Hub (run it on a login node with internet)")
+    return snapshot_download(name, cache_dir=cache_dir)

@@ -1,0 +1,145 @@
+"""Tiny models built offline for tests and the local profile: a T5 and a Llama-style causal LM.
+
+Both share a word-level tokenizer trained on the environment's vocabulary. A randomly initialised LM
+scores short actions far above long ones (each token costs about log(vocab)), which a pre-trained LLM
+does not. So the build ends with a short, task-agnostic "pre-training" that fits the GLAM policy to the
+uniform distribution over the candidates of prompts from random play. The tiny model then starts near
+the uniform (random) policy and tells the scene's objects apart, but knows nothing of the goals.
+Everything is seeded, so a build is reproducible.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, T5Config, T5ForConditionalGeneration
+
+from sacglam_core.envs import EnvConfig, VectorPlayground
+from sacglam_core.models.tokenizer import build_tokenizer
+
+TINY_T5 = "tiny-t5"
+TINY_CAUSAL = "tiny-causal"
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    d_model: int = 128
+    layers: int = 2
+    heads: int = 4
+    d_ff: int = 256
+    prior_steps: int = 60
+    prior_batch: int = 32
+    prior_lr: float = 2e-3
+    seed: int = 0
+
+
+def tiny_t5(vocab_size: int, spec: TinySpec) -> T5ForConditionalGeneration:
+    config = T5Config(
+        vocab_size=vocab_size,
+        d_model=spec.d_model,
+        d_kv=spec.d_model // spec.heads,
+        num_heads=spec.heads,
+        d_ff=spec.d_ff,
+        num_layers=spec.layers,
+        num_decoder_layers=spec.layers,
+        feed_forward_proj="gated-gelu",
+        tie_word_embeddings=False,  # Flan-T5's setting: no d_model**-0.5 scaling of the decoder output
+        dropout_rate=0.0,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+    )
+    model = T5ForConditionalGeneration(config)
+    # transformers 5 ties T5's output layer to the embeddings whatever the config says; at the default
+    # std of 1 the softmax saturates (and backward slows on denormals), so re-scale them.
+    nn.init.normal_(model.shared.weight, std=spec.d_model**-0.5)
+    return model
+
+
+def tiny_causal(vocab_size: int, spec: TinySpec) -> LlamaForCausalLM:
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=spec.d_model,
+        intermediate_size=spec.d_ff,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=spec.heads,
+        num_key_value_heads=spec.heads,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=3,
+    )
+    return LlamaForCausalLM(config)
+
+
+def pretrain_prior(model: PreTrainedModel, tokenizer, spec: TinySpec) -> float:
+    """Fit the GLAM policy to the uniform distribution over candidates, on prompts from random play
+    in both environment variants. Returns the last KL(uniform || policy), in nats."""
+    from sacglam_core.agent.lm import GlamLM
+    from sacglam_core.agent.policy import CandidateDistribution
+    from sacglam_core.agent.tokens import PromptTokens
+
+    lm = GlamLM(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal")
+    tokens = PromptTokens(tokenizer)
+    rng = random.Random(spec.seed)
+    variants = [
+        VectorPlayground(spec.prior_batch, c, seed=spec.seed + i)
+        for i, c in enumerate((EnvConfig(), EnvConfig.simplified_variant()))
+    ]
+    states = [envs.reset() for envs in variants]
+    optimizer = torch.optim.Adam(model.parameters(), lr=spec.prior_lr)
+    model.train()
+    kl = float("nan")
+    for step in range(spec.prior_steps):
+        envs, (obs, infos) = variants[step % 2], states[step % 2]
+        batch = lm.collate(
+            [tokens.prompt(g, o) for g, o in zip(infos["goal"], obs)],
+            [tokens.actions(a) for a in infos["possible_actions"]],
+        )
+        policy = CandidateDistribution.from_scores(lm.score(batch).action_logp, batch)
+        counts = policy.mask.sum(1)
+        loss = -(policy.log_probs.sum(1) / counts).mean()  # cross-entropy of the uniform target
+        kl = float(loss.detach() - counts.float().log().mean())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        obs, _, _, _, infos = envs.step([rng.choice(a) for a in infos["possible_actions"]])
+        states[step % 2] = (obs, infos)
+    model.eval()
+    return kl
+
+
+def build_tiny(out_dir: str | Path, spec: TinySpec = TinySpec()) -> dict[str, Path]:
+    """Write `<out_dir>/tiny-t5` and `<out_dir>/tiny-causal` (model and tokenizer each)."""
+    out_dir = Path(out_dir)
+    paths = {}
+    for name, builder, add_eos in ((TINY_T5, tiny_t5, True), (TINY_CAUSAL, tiny_causal, False)):
+        torch.manual_seed(spec.seed)
+        tokenizer = build_tokenizer(add_eos=add_eos)
+        model = builder(len(tokenizer), spec)
+        kl = pretrain_prior(model, tokenizer, spec)
+        path = out_dir / name
+        tmp = out_dir / f".{name}.tmp"
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        _replace_dir(tmp, path)
+        size = sum(p.numel() for p in model.parameters())
+        print(f"built {path}: {size:,} parameters, KL(uniform || policy) {kl:.4f} nats")
+        paths[name] = path
+    return paths
+
+
+def _replace_dir(tmp: Path, final: Path) -> None:
+    """Swap a finished folder into place (rename is atomic; the old one is removed after)."""
+    import shutil
+
+    old = final.with_name(f".{final.name}.old")
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,171 @@
+"""The GLAM policy and the critic heads on the tiny models."""
+
+import itertools
+
+import pytest
+import torch
+
+from sacglam_core.agent import AgentConfig, CriticConfig, GlamAgent
+from sacglam_core.agent.batch import collate
+from sacglam_core.envs import VectorPlayground
+from sacglam_core.envs.playground import ACTION_VOCABULARY
+from sacglam_core.models import LoraSettings, ModelConfig
+
+
+def make_agent(path, critic=None, lora=None, **model_options) -> GlamAgent:
+    torch.manual_seed(0)
+    config = AgentConfig(ModelConfig(path, lora=lora, **model_options), critic=critic)
+    return GlamAgent.from_config(config, ACTION_VOCABULARY)
+
+
+def env_inputs(n=6, seed=0, steps=3):
+    import random
+
+    envs = VectorPlayground(n, seed=seed)
+    obs, infos = envs.reset()
+    rng = random.Random(seed)
+    for _ in range(steps):  # some agents now hold objects: more, and more varied, candidates
+        obs, _, _, _, infos = envs.step([rng.choice(a) for a in infos["possible_actions"]])
+    return infos["goal"], obs, infos["possible_actions"]
+
+
+def test_batched_scores_equal_naive_scores_and_gradients(tiny_path):
+    agent = make_agent(tiny_path)
+    goals, obs, candidates = env_inputs()
+    batch = agent.batch(goals, obs, candidates)
+    assert len(set(batch.counts.tolist())) > 1  # variable-length candidate lists
+    fast = agent.lm.score(batch).action_logp
+    per_prompt = [
+        [batch.action_tokens[j] for j in range(len(batch.owner)) if batch.owner[j] == i] for i in range(len(goals))
+    ]
+    naive = agent.lm.score_naive(batch.prompt_tokens, per_prompt)
+    torch.testing.assert_close(fast, naive, atol=1e-4, rtol=1e-4)
+    params = agent.lm.parameters_of()
+    fast_grads = torch.autograd.grad(fast.sum(), params, allow_unused=True)
+    naive_grads = torch.autograd.grad(naive.sum(), params, allow_unused=True)
+    for a, b in zip(fast_grads, naive_grads):
+        if a is not None or b is not None:
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
+
+
+def test_policy_is_a_softmax_over_each_prompts_candidates(tiny_path):
+    agent = make_agent(tiny_path)
+    goals, obs, candidates = env_inputs()
+    batch = agent.batch(goals, obs, candidates)
+    policy, out = agent.policy(batch)
+    torch.testing.assert_close(policy.probs.sum(1), torch.ones(len(goals)))
+    for i, actions in enumerate(candidates):
+        scores = out.action_logp[batch.owner == i]
+        torch.testing.assert_close(policy.log_probs[i, : len(actions)], torch.log_softmax(scores, 0))
+        assert (policy.probs[i, len(actions) :] == 0).all()
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        picks = policy.sample(generator)
+        assert all(p < len(a) for p, a in zip(picks.tolist(), candidates))
+    choices = agent.act(goals, obs, candidates, greedy=True)
+    assert choices == policy.greedy().tolist()
+
+
+def test_empty_candidate_list_is_rejected():
+    with pytest.raises(ValueError, match="at least one candidate"):
+        collate([[1, 2]], [[]], 0, False)
+
+
+@pytest.mark.parametrize("lora", [None, LoraSettings(r=4)], ids=["full", "lora"])
+@pytest.mark.parametrize(
+    "critic_input, weights",
+    list(itertools.product(["obs_action", "obs", "decoded_action"], ["shared", "shared_frozen", "separate"])),
+)
+def test_critic_variants_route_gradients_where_they_should(tiny_models, critic_input, weights, lora):
+    agent = make_agent(
+        str(tiny_models["tiny-t5"]), CriticConfig(input=critic_input, weights=weights, hidden_units=64), lora
+    )
+    goals, obs, candidates = env_inputs()
+    batch = agent.batch(goals, obs, candidates)
+    policy, out = agent.policy(batch, hidden=agent.policy_hidden_needed())
+    q = agent.q(batch, policy_pass=out)
+    assert q.shape == policy.log_probs.shape and (q[~policy.mask] == 0).all()
+    torch.testing.assert_close(q, agent.q(batch, target=True))  # the target starts as a copy
+    q.sum().backward()
+    lm = agent.lm
+    has_grad = lambda params: any(p.grad is not None and p.grad.abs().sum() > 0 for p in params)  # noqa: E731
+    assert has_grad(agent.critic.head.parameters())
+    assert not has_grad(agent.critic.target_head.parameters())
+    actor_weights = lm.parameters_of("default")
+    assert has_grad(actor_weights) == (weights == "shared")
+    if weights == "separate":
+        assert has_grad(lm.parameters_of("critic"))
+    assert not has_grad(lm.parameters_of(agent.critic.target_weights))
+
+
+def test_target_critic_with_lora_is_an_adapter_not_a_copy(tiny_models):
+    agent = make_agent(str(tiny_models["tiny-t5"]), CriticConfig(hidden_units=64), LoraSettings(r=4))
+    base = sum(p.numel() for n, p in agent.lm.model.named_parameters() if "lora_" not in n)
+    total = sum(p.numel() for p in agent.lm.parameters())
+    assert len(agent.lm.copies) == 0
+    assert total - base == 2 * sum(p.numel() for p in agent.lm.parameters_of("default"))
+
+
+def test_polyak_update_moves_the_target_by_tau(tiny_models):
+    agent = make_agent(str(tiny_models["tiny-causal"]), CriticConfig(hidden_units=64, tau=0.25), LoraSettings(r=4))
+    online = agent.lm.parameters_of("default")
+    with torch.no_grad():
+        for p in online:
+            p.add_(1.0)
+        agent.critic.head[0].weight.add_(1.0)
+    before = [p.clone() for p in agent.lm.parameters_of("critic_target")]
+    head_before = agent.critic.target_head[0].weight.clone()
+    agent.critic.update_target(agent.lm)
+    for b, a, o in zip(before, agent.lm.parameters_of("critic_target"), online):
+        torch.testing.assert_close(a, 0.75 * b + 0.25 * o)
+    torch.testing.assert_close(
+        agent.critic.target_head[0].weight, 0.75 * head_before + 0.25 * agent.critic.head[0].weight
+    )
+
+
+def test_separate_critic_weights_do_not_change_the_policy(tiny_models):
+    agent = make_agent(
+        str(tiny_models["tiny-t5"]), CriticConfig(weights="separate", hidden_units=64), LoraSettings(r=4)
+    )
+    batch = agent.batch(*env_inputs())
+    with torch.no_grad():
+        scores, q = agent.lm.score(batch).action_logp, agent.q(batch)
+        for p in agent.lm.parameters_of("critic"):
+            p.add_(0.5)
+        assert torch.equal(agent.lm.score(batch).action_logp, scores)
+        assert not torch.allclose(agent.q(batch), q)
+
+
+@pytest.mark.parametrize("critic_input", ["decoded_action", "obs"])
+def test_q_from_the_policy_pass_equals_a_separate_pass(tiny_path, critic_input):
+    agent = make_agent(tiny_path, CriticConfig(input=critic_input, hidden_units=64))
+    batch = agent.batch(*env_inputs())
+    with torch.no_grad():
+        _, out = agent.policy(batch, hidden=True)
+        torch.testing.assert_close(agent.q(batch, policy_pass=out), agent.q(batch))
+
+
+def test_obs_critic_needs_an_action_vocabulary(tiny_models):
+    from sacglam_core.agent import GlamLM
+    from sacglam_core.models import load_model, load_tokenizer
+
+    config = ModelConfig(str(tiny_models["tiny-t5"]))
+    model, arch = load_model(config)
+    with pytest.raises(ValueError, match="action vocabulary"):
+        GlamAgent(GlamLM(model, load_tokenizer(config), arch), CriticConfig(input="obs"))
+
+
+def test_value_head_reads_the_policy_pass(tiny_path):
+    agent = GlamAgent.from_config(AgentConfig(ModelConfig(tiny_path), value_head=True))
+    batch = agent.batch(*env_inputs())
+    policy, out = agent.policy(batch, hidden=agent.policy_hidden_needed())
+    assert agent.value(out).shape == (batch.num_prompts,)
+
+
+def test_bad_critic_options_are_rejected():
+    with pytest.raises(ValueError, match="critic.input"):
+        CriticConfig(input="action")
+    with pytest.raises(ValueError, match="critic.weights"):
+        CriticConfig(weights="copied")
+    with pytest.raises(ValueError, match="tau"):
+        CriticConfig(tau=0.0)

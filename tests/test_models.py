@@ -1,0 +1,134 @@
+"""Model loading, the tiny models, LoRA and 4-bit."""
+
+import warnings
+
+import pytest
+import torch
+
+from sacglam_core.agent import GlamLM
+from sacglam_core.agent.policy import CandidateDistribution
+from sacglam_core.agent.tokens import PromptTokens
+from sacglam_core.envs import VectorPlayground, prompt
+from sacglam_core.models import LoraSettings, ModelConfig, ModelNotFoundError, load_model, load_tokenizer
+from sacglam_core.models.tiny import TinySpec, pretrain_prior, tiny_t5
+from sacglam_core.models.tokenizer import build_tokenizer
+
+
+def load_lm(path, **options) -> GlamLM:
+    config = ModelConfig(path, **options)
+    model, architecture = load_model(config)
+    return GlamLM(model, load_tokenizer(config), architecture)
+
+
+def env_batch(lm: GlamLM, n=8, seed=0):
+    envs = VectorPlayground(n, seed=seed)
+    obs, infos = envs.reset()
+    tokens = PromptTokens(lm.tokenizer)
+    return lm.collate(
+        [tokens.prompt(g, o) for g, o in zip(infos["goal"], obs)],
+        [tokens.actions(a) for a in infos["possible_actions"]],
+    )
+
+
+def test_tokenizer_covers_the_environment_and_composes_prompts():
+    tokenizer = build_tokenizer(add_eos=True)
+    assert tokenizer.unk_token_id not in tokenizer("Goal: Grow any living_thing then grasp blue carnivorous").input_ids
+    tokens = PromptTokens(tokenizer)
+    obs = "You see: red dog\nYou are on: nothing\nYou are holding: nothing\nYou have grown: nothing"
+    assert tokens.prompt("Grasp red dog", obs) == tokenizer(prompt("Grasp red dog", obs)).input_ids
+
+
+def test_tiny_build_is_deterministic():
+    spec = TinySpec(prior_steps=3)
+    states = []
+    for _ in range(2):
+        torch.manual_seed(spec.seed)
+        tokenizer = build_tokenizer(add_eos=True)
+        model = tiny_t5(len(tokenizer), spec)
+        pretrain_prior(model, tokenizer, spec)
+        states.append(model.state_dict())
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+
+
+def test_tiny_models_load_offline_and_start_near_the_uniform_policy(tiny_path):
+    lm = load_lm(tiny_path)
+    assert lm.architecture == ("seq2seq" if "t5" in tiny_path else "causal")
+    batch = env_batch(lm, n=16)
+    with torch.no_grad():
+        policy = CandidateDistribution.from_scores(lm.score(batch).action_logp, batch)
+    uniform_entropy = policy.mask.sum(1).float().log()
+    assert (uniform_entropy - policy.entropy()).mean() < 0.05
+
+
+def test_tiny_t5_output_layer_is_not_saturated():
+    """transformers 5 ties T5's output layer to its embeddings; the tiny build must stay well-scaled."""
+    torch.manual_seed(0)
+    tokenizer = build_tokenizer(add_eos=True)
+    model = tiny_t5(len(tokenizer), TinySpec()).eval()
+    ids = torch.randint(4, len(tokenizer), (4, 20))
+    with torch.no_grad():
+        probs = model(input_ids=ids, decoder_input_ids=ids[:, :5]).logits.softmax(-1)
+    assert probs.max(-1).values.mean() < 0.5
+
+
+def test_missing_local_model_names_the_folder(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="no model folder at .*nowhere.*stage"):
+        load_model(ModelConfig(str(tmp_path / "nowhere")))
+
+
+def test_missing_hub_model_offline_says_how_to_stage(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelNotFoundError) as error:
+        load_model(ModelConfig("google/flan-t5-base", cache_dir=str(tmp_path)))
+    message = str(error.value)
+    assert "'google/flan-t5-base' is not in the Hugging Face cache" in message
+    assert "HF_HUB_OFFLINE" in message and "python -m sacglam_core.models stage google/flan-t5-base" in message
+
+
+def test_bad_model_options_are_rejected():
+    with pytest.raises(ValueError, match="load_in_4bit needs model.lora"):
+        ModelConfig("x", load_in_4bit=True)
+    with pytest.raises(ValueError, match="dtype"):
+        ModelConfig("x", dtype="float8")
+
+
+def test_dtype_option(tiny_path):
+    lm = load_lm(tiny_path, dtype="bfloat16")
+    assert next(lm.model.parameters()).dtype == torch.bfloat16
+    batch = env_batch(lm, n=2)
+    with torch.no_grad():
+        assert torch.isfinite(lm.score(batch).action_logp).all()
+
+
+def test_lora_trains_only_adapters(tiny_path):
+    lm = load_lm(
+        tiny_path,
+        lora=LoraSettings(
+            r=4, alpha=8, dropout=0.0, target_modules=("q", "v") if "t5" in tiny_path else ("q_proj", "v_proj")
+        ),
+    )
+    trainable = {n for n, p in lm.model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    assert {p.data_ptr() for p in lm.parameters_of()} == {
+        p.data_ptr() for n, p in lm.model.named_parameters() if p.requires_grad
+    }
+
+
+def test_4bit_lora_gets_gradients_after_no_grad_rollout(tiny_path):
+    """The AVX512-BF16 pitfall: a no_grad eval forward must not cut LoRA off from its gradients."""
+    import bitsandbytes as bnb
+
+    lm = load_lm(tiny_path, lora=LoraSettings(r=4), load_in_4bit=True)
+    quantized = [m for m in lm.model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert quantized and all(m.support_avx512bf16_for_cpu is False for m in quantized)
+    batch = env_batch(lm)
+    lm.model.eval()
+    with torch.no_grad():  # the rollout
+        lm.score(batch)
+    lm.model.train()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # "an autograd kernel was not registered"
+        loss = CandidateDistribution.from_scores(lm.score(batch).action_logp, batch).entropy().mean()
+        loss.backward()
+    lora_b = [p for n, p in lm.model.named_parameters() if "lora_B" in n]
+    assert lora_b and all(p.grad is not None and p.grad.abs().sum() > 0 for p in lora_b)
