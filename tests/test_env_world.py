@@ -127,6 +127,10 @@ def test_bad_configuration_is_rejected():
         EnvConfig(n_objects=3)
     with pytest.raises(ValueError, match="split"):
         EnvConfig(split="dev")
+    with pytest.raises(ValueError, match="max_steps"):
+        EnvConfig(max_steps="many")
+    with pytest.raises(ValueError, match="colour"):
+        EnvConfig(colour="red")
     with pytest.raises(ValueError, match="capacity"):
         EnvConfig(capacity=0)
 

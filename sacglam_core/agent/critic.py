@@ -17,7 +17,6 @@ LLM weights the critic reads (again an adapter, not a copy of the LLM, when LoRA
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -25,12 +24,13 @@ from torch import nn
 
 from sacglam_core.agent.batch import CandidateBatch
 from sacglam_core.agent.lm import DEFAULT, GlamLM, LMOutput
+from sacglam_core.settings import settings
 
 CRITIC_WEIGHTS = "critic"
 TARGET_WEIGHTS = "critic_target"
 
 
-@dataclass(frozen=True)
+@settings
 class CriticConfig:
     input: Literal["obs_action", "obs", "decoded_action"] = "obs_action"
     weights: Literal["shared", "shared_frozen", "separate"] = "shared"
@@ -40,10 +40,6 @@ class CriticConfig:
     target_lm: bool = True
 
     def __post_init__(self) -> None:
-        if self.input not in ("obs_action", "obs", "decoded_action"):
-            raise ValueError(f"critic.input must be obs_action, obs or decoded_action, got {self.input!r}")
-        if self.weights not in ("shared", "shared_frozen", "separate"):
-            raise ValueError(f"critic.weights must be shared, shared_frozen or separate, got {self.weights!r}")
         if not 0.0 < self.tau <= 1.0:
             raise ValueError(f"critic.tau must be in (0, 1], got {self.tau}")
 

@@ -16,19 +16,19 @@ Rules that the spec leaves open, fixed here:
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from sacglam_core.envs.goals import Goal, GoalCatalog, catalog
 from sacglam_core.envs.objects import CATEGORIES, COLORS, KIND_BY_NAME, KINDS, ObjectKind
 from sacglam_core.envs.partner import SocialPartner, achieved_simple_goals
+from sacglam_core.settings import settings
 
 
 class InvalidActionError(ValueError):
     """An action string that is not in the current candidate set."""
 
 
-@dataclass(frozen=True)
+@settings
 class EnvConfig:
     """Environment settings. `simplified` keeps only the simple goals (the paper's ablations use N=3)."""
 
@@ -36,11 +36,9 @@ class EnvConfig:
     capacity: int = 2
     max_steps: int = 20
     simplified: bool = False
-    split: str = "train"
+    split: Literal["train", "test"] = "train"
 
     def __post_init__(self) -> None:
-        if self.split not in ("train", "test"):
-            raise ValueError(f"EnvConfig.split must be 'train' or 'test', got {self.split!r}")
         # A sequential goal can need four objects: two targets and their two supplies.
         needed = 2 if self.simplified else 4
         if self.n_objects < needed:

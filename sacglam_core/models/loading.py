@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel
+
+from sacglam_core.settings import settings
 
 Architecture = Literal["seq2seq", "causal"]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -18,7 +19,7 @@ class ModelNotFoundError(FileNotFoundError):
     """The model is neither a local folder nor in the Hugging Face cache (and cannot be downloaded)."""
 
 
-@dataclass(frozen=True)
+@settings
 class LoraSettings:
     """LoRA through peft. `target_modules="all-linear"` adapts every linear layer but the output head."""
 
@@ -28,7 +29,7 @@ class LoraSettings:
     target_modules: tuple[str, ...] | str = "all-linear"
 
 
-@dataclass(frozen=True)
+@settings
 class ModelConfig:
     """Which LLM to load and how.
 
@@ -46,10 +47,6 @@ class ModelConfig:
     cache_dir: str | None = None
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ValueError(f"model.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
-        if self.architecture not in ("auto", "seq2seq", "causal"):
-            raise ValueError(f"model.architecture must be auto, seq2seq or causal, got {self.architecture!r}")
         if self.load_in_4bit and self.lora is None:
             raise ValueError("model.load_in_4bit needs model.lora: 4-bit weights can only be trained through adapters")
 

@@ -11,7 +11,6 @@ Everything is seeded, so a build is reproducible.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -20,12 +19,13 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, T5Confi
 
 from sacglam_core.envs import EnvConfig, VectorPlayground
 from sacglam_core.models.tokenizer import build_tokenizer
+from sacglam_core.settings import settings
 
 TINY_T5 = "tiny-t5"
 TINY_CAUSAL = "tiny-causal"
 
 
-@dataclass(frozen=True)
+@settings
 class TinySpec:
     d_model: int = 128
     layers: int = 2
@@ -114,8 +114,9 @@ def pretrain_prior(model: PreTrainedModel, tokenizer, spec: TinySpec) -> float:
     return kl
 
 
-def build_tiny(out_dir: str | Path, spec: TinySpec = TinySpec()) -> dict[str, Path]:
+def build_tiny(out_dir: str | Path, spec: TinySpec | None = None) -> dict[str, Path]:
     """Write `<out_dir>/tiny-t5` and `<out_dir>/tiny-causal` (model and tokenizer each)."""
+    spec = spec or TinySpec()
     out_dir = Path(out_dir)
     paths = {}
     for name, builder, add_eos in ((TINY_T5, tiny_t5, True), (TINY_CAUSAL, tiny_causal, False)):
