@@ -44,6 +44,20 @@ class GlamAgent(nn.Module):
         lm = GlamLM(model, load_tokenizer(config.model), architecture)
         return cls(lm, config.critic, config.value_head, action_vocabulary).to(lm.device)
 
+    # -- checkpoints -----------------------------------------------------------------------------
+    def mutable_state_dict(self) -> dict[str, torch.Tensor]:
+        """Everything training changes: with LoRA, the adapters and heads (not the frozen base model)."""
+        state = self.state_dict()
+        if not self.lm.lora:
+            return state
+        return {k: v for k, v in state.items() if not k.startswith("lm.model.") or "lora_" in k}
+
+    def load_mutable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        missing, unexpected = self.load_state_dict(state, strict=False)
+        stray = [k for k in missing if k in self.mutable_state_dict()] + list(unexpected)
+        if stray:
+            raise ValueError(f"checkpoint does not fit this agent: {stray[:5]}{' ...' if len(stray) > 5 else ''}")
+
     # -- batches ---------------------------------------------------------------------------------
     def batch(
         self, goals: Sequence[str], observations: Sequence[str], candidates: Sequence[Sequence[str]]

@@ -142,3 +142,24 @@ class GoalCatalog:
 def catalog() -> GoalCatalog:
     """The one goal catalog (built once, ~50 ms)."""
     return GoalCatalog()
+
+
+def aligned(candidate: Goal, goal: Goal) -> bool:
+    """Whether `candidate` is a sub-goal of `goal` (paper, Appendix G.1): reaching `goal` the usual way
+    reaches each of its parts. A part is covered when a part of `goal` with the same verb implies it
+    (every object that satisfies that part satisfies it too), or, for a Grasp part, when it only grasps
+    supplies that can grow the target of one of `goal`'s Grow parts."""
+    return all(_covered(part, goal) for part in candidate.parts)
+
+
+def _covered(part: SimpleGoal, goal: Goal) -> bool:
+    for own in goal.parts:
+        if own.verb == part.verb and set(own.matches) <= set(part.matches):
+            return True
+        if part.verb == "grasp" and own.verb == "grow":
+            supplies = {
+                k.index for k in KINDS if k.category == "supply" and any(KINDS[t].grows_with(k) for t in own.matches)
+            }
+            if set(part.matches) <= supplies:
+                return True
+    return False

@@ -1,0 +1,231 @@
+"""PPO-GLAM (paper Table 1) and its hindsight variants (Appendix G).
+
+Every `rollout_steps` transitions (all environments together): GAE(lambda) advantages, then `epochs`
+passes over the data in minibatches, each minimising
+
+    L = L_pi - entropy_coef * H(pi) + value_coef * 0.5 * (V - R)^2
+
+with L_pi the clipped surrogate (`loss: clip`) or the KL-penalised one (`loss: kl`).
+
+With HER, every goal the social partner reported in a rollout segment adds a relabelled copy of the
+segment up to that step (reward 1 there, then the end). Its importance ratio compares the new policy
+under the new goal with the behaviour policy under the original goal, pi(a|s,g') / pi_old(a|s,g), so it is
+not 1 even in the first epoch; the KL term likewise compares pi_old(.|s,g) with pi(.|s,g'). `aligned_only`
+keeps goals that are sub-goals of the original; `center_clip` clips around the first-epoch ratio r0
+instead of 1: clip(r, r0 - eps, r0 + eps).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from sacglam_core.agent import CandidateBatch, CandidateDistribution, GlamAgent
+from sacglam_core.agent.lm import DEFAULT
+from sacglam_core.config import RunConfig
+from sacglam_core.distributed import Ranks
+from sacglam_core.envs.playground import ACTION_VOCABULARY
+from sacglam_core.trajectories import Episode, EpisodeRecorder, relabelled
+
+
+def gae(
+    rewards: np.ndarray, values: np.ndarray, last_value: float, terminal: bool, gamma: float, lam: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Generalised advantage estimates and returns of one segment (values[t] = V(s_t));
+    `last_value` is V(s_T), ignored when the segment ends in a terminal state."""
+    advantages = np.zeros(len(rewards), dtype=np.float32)
+    next_value, running = (0.0 if terminal else last_value), 0.0
+    for t in reversed(range(len(rewards))):
+        delta = rewards[t] + gamma * next_value - values[t]
+        running = delta + gamma * lam * running
+        advantages[t] = running
+        next_value = values[t]
+    return advantages, advantages + values.astype(np.float32)
+
+
+def clipped_surrogate(
+    ratio: torch.Tensor, advantages: torch.Tensor, low: torch.Tensor, high: torch.Tensor
+) -> torch.Tensor:
+    """-E[min(r A, clip(r, low, high) A)] (paper eq. 4; low/high are 1 -/+ eps, or r0 -/+ eps centred)."""
+    return torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, low, high)).mean()
+
+
+def kl_penalised(ratio: torch.Tensor, advantages: torch.Tensor, kl: torch.Tensor, beta: float) -> torch.Tensor:
+    """-E[r A - beta KL(pi_old || pi)] (paper eq. 5, written as a loss to minimise)."""
+    return (-(ratio * advantages) + beta * kl).mean()
+
+
+@dataclass
+class Transition:
+    prompt: list[int]
+    candidates: np.ndarray  # action-vocabulary ids
+    action: int  # position in candidates
+    old_logp: float  # log pi_old(a|s, g) of the behaviour policy, under the original goal
+    old_log_probs: np.ndarray  # log pi_old(.|s, g) over the candidates (for the KL loss)
+    advantage: float
+    ret: float
+    r0: float = 1.0  # first-epoch ratio (centre of the clip when center_clip)
+
+
+class PPO:
+    def __init__(self, agent: GlamAgent, config: RunConfig, ranks: Ranks) -> None:
+        self.agent, self.config, self.cfg, self.ranks = agent, config, config.ppo, ranks
+        self.minibatches = max(1, math.ceil(self.cfg.rollout_steps / self.cfg.minibatch_size))
+        self.params = agent.lm.parameters_of(DEFAULT) + list(agent.value_head.parameters())
+        self.optimizer = torch.optim.Adam(self.params, lr=self.cfg.lr)
+        self.generator = torch.Generator().manual_seed(config.seed * 1000 + ranks.rank)
+        self.updates = 0
+        self.segments: list[Episode] = []
+        self._action_tokens = [agent.tokens.action(a) for a in ACTION_VOCABULARY]
+        self._stats: dict[str, list[float]] = defaultdict(list)
+
+    # -- acting ----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def act(self, batch: CandidateBatch, generator: torch.Generator) -> tuple[list[int], dict[str, list]]:
+        policy, out = self.agent.policy(batch, hidden=True)
+        choice = policy.sample(generator)
+        logp = policy.log_probs.gather(1, choice[:, None]).squeeze(1)
+        values = self.agent.value(out)
+        counts = batch.counts.tolist()
+        return choice.tolist(), {
+            "logp": logp.tolist(),
+            "value": values.tolist(),
+            "log_probs": [row[:n].cpu().numpy() for row, n in zip(policy.log_probs, counts)],
+        }
+
+    def add(self, episode: Episode) -> None:
+        self.segments.append(episode)
+
+    def update_due(self, env_steps: int) -> bool:
+        return env_steps % self.cfg.rollout_steps == 0
+
+    # -- learning --------------------------------------------------------------------------------
+    def update(self, recorder: EpisodeRecorder, env_steps: int) -> None:
+        segments, self.segments = self.segments + recorder.cut(), []
+        data = self._transitions(segments)
+        local = len(data)
+        per_batch = max(1, math.ceil(local / self.minibatches))
+        for _ in range(self.cfg.epochs):
+            order = torch.randperm(local, generator=self.generator).tolist()
+            for k in range(self.minibatches):  # the same number of steps on every rank
+                chunk = [data[i] for i in order[k * per_batch : (k + 1) * per_batch]] or [data[order[0]]]
+                self._minibatch_step(chunk)
+        self.updates += 1
+
+    def _transitions(self, segments: list[Episode]) -> list[Transition]:
+        """Original segments and, with HER, their relabelled copies, with advantages and returns."""
+        her = self.config.her
+        data: list[Transition] = []
+        for segment in segments:
+            data += self._segment_transitions(segment, relabel=False)
+            if her.enabled:
+                for copy in relabelled(segment, aligned_only=her.aligned_only):
+                    data += self._segment_transitions(copy, relabel=True)
+        original = sum(s.length for s in segments)
+        self._stats["her_share"].append((len(data) - original) / max(len(data), 1))
+        return data
+
+    @torch.no_grad()
+    def _segment_transitions(self, segment: Episode, relabel: bool) -> list[Transition]:
+        tokens = self.agent.tokens
+        goal = tokens.goal(segment.goal)
+        prompts = [tokens.join(goal, o.tolist()) for o in segment.observations]
+        cands = segment.candidates
+        batch = self.agent.batch_from_ids(
+            prompts, [[self._action_tokens[a] for a in c] for c in cands], [list(c) for c in cands]
+        )
+        policy, out = self.agent.policy(batch, hidden=True)
+        fresh_values = self.agent.value(out).cpu().numpy()  # V(s_t, goal) for t = 0..T with the current weights
+        values = fresh_values[:-1] if relabel else np.asarray(segment.extras["value"], dtype=np.float32)
+        advantages, returns = gae(
+            np.asarray(segment.rewards, dtype=np.float32),
+            values,
+            float(fresh_values[-1]),
+            segment.terminated,
+            self.cfg.gamma,
+            self.cfg.gae_lambda,
+        )
+        old_logp = segment.extras["logp"]
+        new_logp = policy.log_probs[torch.arange(segment.length), torch.as_tensor(segment.actions)].cpu().numpy()
+        log_probs = segment.extras["log_probs"]
+        transitions = []
+        for t in range(segment.length):
+            r0 = float(np.exp(new_logp[t] - old_logp[t])) if relabel else 1.0
+            transitions.append(
+                Transition(
+                    prompts[t], cands[t], segment.actions[t], old_logp[t], log_probs[t], advantages[t], returns[t], r0
+                )
+            )
+        return transitions
+
+    def _minibatch_step(self, chunk: list[Transition]) -> None:
+        cfg, agent = self.cfg, self.agent
+        device = agent.lm.device
+        batch = agent.batch_from_ids(
+            [t.prompt for t in chunk],
+            [[self._action_tokens[a] for a in t.candidates] for t in chunk],
+            [list(t.candidates) for t in chunk],
+        )
+        policy, out = agent.policy(batch, hidden=True)
+        actions = torch.tensor([t.action for t in chunk], device=device)
+        logp = policy.log_probs.gather(1, actions[:, None]).squeeze(1)
+        old_logp = torch.tensor([t.old_logp for t in chunk], device=device)
+        advantages = torch.tensor([t.advantage for t in chunk], device=device)
+        if cfg.normalize_advantages and len(chunk) > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        ratio = torch.exp(logp - old_logp)
+        if cfg.loss == "clip":
+            center = torch.tensor([t.r0 if cfg.center_clip else 1.0 for t in chunk], device=device)
+            pg_loss = clipped_surrogate(ratio, advantages, center - cfg.clip, center + cfg.clip)
+            self._stats["clipfrac"].append(((ratio - center).abs() > cfg.clip).float().mean().item())
+        else:
+            old = CandidateDistribution(
+                batch.pad(torch.tensor(np.concatenate([t.old_log_probs for t in chunk]), device=device)), policy.mask
+            )
+            kl = (old.probs * (old.log_probs - policy.log_probs)).sum(1)
+            pg_loss = kl_penalised(ratio, advantages, kl, cfg.kl_coef)
+            self._stats["kl"].append(kl.mean().item())
+        values = agent.value(out)
+        returns = torch.tensor([t.ret for t in chunk], device=device)
+        value_loss = 0.5 * ((values - returns) ** 2).mean()
+        entropy = policy.entropy().mean()
+        loss = pg_loss - cfg.entropy_coef * entropy + cfg.value_coef * value_loss
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.ranks.average_gradients(self.params)
+        torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+        self.optimizer.step()
+        with torch.no_grad():
+            self._stats["approx_kl"].append(((ratio - 1) - (logp - old_logp)).mean().item())
+        self._stats["policy_loss"].append(pg_loss.item())
+        self._stats["value_loss"].append(value_loss.item())
+        self._stats["entropy"].append(entropy.item())
+
+    def pop_stats(self) -> dict[str, float]:
+        stats = {k: float(np.mean(v)) for k, v in self._stats.items() if v}
+        self._stats.clear()
+        return stats | {"updates": self.updates}
+
+    # -- checkpointing ---------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "updates": self.updates}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = state["updates"]
+
+    def local_state_dict(self) -> dict:
+        return {
+            "generator": self.generator.get_state(),
+            "segments": [e.state_dict() for e in self.segments],
+            "stats": dict(self._stats),
+        }
+
+    def load_local_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+        self._stats = defaultdict(list, state["stats"])
+        self.segments = [Episode.from_state_dict(s) for s in state["segments"]]

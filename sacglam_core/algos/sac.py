@@ -1,0 +1,200 @@
+"""Discrete SAC-GLAM (paper section 2, Appendices C-F, Table 2), optionally with hindsight relabelling.
+
+The actor is the GLAM policy over each state's candidate actions; the critic an MLP head on the LLM
+(see agent/critic.py). Every `update_every` environment steps, `updates_per_cycle` gradient updates:
+
+    y      = sum_{i<n} gamma^i r_{t+i} + gamma^n * E_{a'~pi(.|s_{t+n})}[Q_targ(s_{t+n}, a') - alpha log pi(a'|s_{t+n})]
+    L_Q    = (Q(s_t, a_t) - y)^2                                            (paper eq. 3)
+    L_pi   = E_{a~pi(.|s_t)}[alpha log pi(a|s_t) - Q(s_t, a)]                (exact expectation over candidates)
+    L_alpha = E_{a~pi(.|s_t)}[-alpha (log pi(a|s_t) + H_target)]
+
+During the warm-up only the critic learns. Episodes enter the replay buffer when they end, with their
+hindsight copies when HER is on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from sacglam_core.agent import CandidateBatch, CandidateDistribution, GlamAgent
+from sacglam_core.agent.lm import DEFAULT
+from sacglam_core.config import RunConfig
+from sacglam_core.distributed import Ranks
+from sacglam_core.envs.playground import ACTION_VOCABULARY
+from sacglam_core.replay import ReplayBuffer
+from sacglam_core.trajectories import Episode, EpisodeRecorder, goal_table, relabelled
+
+
+def soft_state_value(policy: CandidateDistribution, q: torch.Tensor, alpha: float | torch.Tensor) -> torch.Tensor:
+    """V(s) = E_{a~pi}[Q(s, a) - alpha log pi(a|s)], exact over the candidates. [B]"""
+    return (policy.probs * (q - alpha * policy.log_probs)).sum(1)
+
+
+def critic_targets(reward: torch.Tensor, discount: torch.Tensor, next_value: torch.Tensor) -> torch.Tensor:
+    """The n-step target of eq. 3; `discount` is gamma^n, or 0 when the episode ended in between."""
+    return reward + discount * next_value
+
+
+def actor_loss(policy: CandidateDistribution, q: torch.Tensor, alpha: float | torch.Tensor) -> torch.Tensor:
+    return (policy.probs * (alpha * policy.log_probs - q)).sum(1).mean()
+
+
+def alpha_loss(log_alpha: torch.Tensor, policy: CandidateDistribution, target_entropy: float) -> torch.Tensor:
+    # Sign convention: the target entropy is given in nats as a positive amount of entropy (the paper's 0
+    # and 0.01), as in discrete SAC (Christodoulou 2019). E[log pi] + H_target = H_target - H(pi), so
+    # minimising -alpha (H_target - H) raises alpha when the policy's entropy is below the target and
+    # lowers it when above. We learn log(alpha), so alpha stays positive.
+    probs, log_probs = policy.probs.detach(), policy.log_probs.detach()
+    return (probs * (-log_alpha.exp() * (log_probs + target_entropy))).sum(1).mean()
+
+
+class SAC:
+    def __init__(self, agent: GlamAgent, config: RunConfig, ranks: Ranks, goal_type_prior: np.ndarray) -> None:
+        self.agent, self.config, self.cfg, self.ranks = agent, config, config.sac, ranks
+        self.batch_size = max(1, self.cfg.batch_size // ranks.world)  # the global batch is split across ranks
+        self.buffer = ReplayBuffer(
+            self.cfg.buffer_size, self.cfg.n_step, self.cfg.gamma, goal_type_prior, seed=config.seed * 1000 + ranks.rank
+        )
+        self.actor_params = agent.lm.parameters_of(DEFAULT)
+        self.critic_params = list(agent.critic.head.parameters()) + agent.critic.trainable_lm_parameters(agent.lm)
+        self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=self.cfg.actor_lr)
+        self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=self.cfg.critic_lr)
+        self.log_alpha = torch.tensor(math.log(self.cfg.alpha_init), device=agent.lm.device, requires_grad=True)
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=self.cfg.alpha_lr)
+        self.updates = 0
+        tokens = agent.tokens
+        self._action_tokens = [tokens.action(a) for a in ACTION_VOCABULARY]
+        self._stats: dict[str, list[float]] = defaultdict(list)
+
+    @property
+    def alpha(self) -> float:
+        return float(self.log_alpha.detach().exp())
+
+    # -- acting and data -------------------------------------------------------------------------
+    @torch.no_grad()
+    def act(self, batch: CandidateBatch, generator: torch.Generator) -> tuple[list[int], dict[str, list]]:
+        policy, _ = self.agent.policy(batch)
+        return policy.sample(generator).tolist(), {}
+
+    def add(self, episode: Episode) -> None:
+        """A finished episode, and its hindsight copies when HER is on, enter the replay buffer."""
+        self.buffer.add_episode(episode, her=False)
+        if self.config.her.enabled:
+            for copy in relabelled(episode):
+                self.buffer.add_episode(copy, her=True)
+
+    def update_due(self, env_steps: int) -> bool:
+        if env_steps % self.cfg.update_every or env_steps < self.cfg.learning_starts:
+            return False
+        return self.ranks.all(len(self.buffer) >= self.batch_size)  # every rank's buffer must hold a batch
+
+    def update(self, recorder: EpisodeRecorder, env_steps: int) -> None:
+        """One cycle of `updates_per_cycle` gradient updates."""
+        for _ in range(self.cfg.updates_per_cycle):
+            self._update(env_steps)
+
+    def _batches(self, index: np.ndarray) -> tuple[CandidateBatch, CandidateBatch, CandidateBatch, dict]:
+        """(taken action, all candidates) at s_t, all candidates at s_{t+n}, and the raw rows."""
+        rows = self.buffer.rows(index)
+        tokens, texts = self.agent.tokens, goal_table()[0]
+        goals = [tokens.goal(texts[g]) for g in rows["goal"]]
+        prompts = [tokens.join(g, o) for g, o in zip(goals, rows["obs"])]
+        next_prompts = [tokens.join(g, o) for g, o in zip(goals, rows["next_obs"])]
+        candidates = [[self._action_tokens[a] for a in c] for c in rows["candidates"]]
+        next_candidates = [[self._action_tokens[a] for a in c] for c in rows["next_candidates"]]
+        taken_index = [[c[a]] for c, a in zip(rows["candidates"], rows["action"])]
+        taken = self.agent.batch_from_ids(prompts, [[self._action_tokens[i[0]]] for i in taken_index], taken_index)
+        current = self.agent.batch_from_ids(prompts, candidates, rows["candidates"])
+        following = self.agent.batch_from_ids(next_prompts, next_candidates, rows["next_candidates"])
+        return taken, current, following, rows
+
+    # -- learning --------------------------------------------------------------------------------
+    def _update(self, env_steps: int) -> None:
+        cfg, agent = self.cfg, self.agent
+        index = self.buffer.sample(
+            self.batch_size,
+            self.config.her.sampling if self.config.her.enabled else "uniform",
+            self.config.her.her_fraction,
+        )
+        taken, current, following, rows = self._batches(index)
+        device = agent.lm.device
+        alpha = self.log_alpha.exp().detach()
+
+        with torch.no_grad():
+            next_policy, _ = agent.policy(following)
+            next_q = agent.q(following, target=True)
+            target = critic_targets(
+                torch.as_tensor(rows["reward"], device=device),
+                torch.as_tensor(rows["discount"], device=device),
+                soft_state_value(next_policy, next_q, alpha),
+            )
+        q_taken = agent.q(taken)[:, 0]
+        critic_loss = torch.nn.functional.mse_loss(q_taken, target)
+        self._step(self.critic_optimizer, self.critic_params, critic_loss)
+        self._stats["critic_loss"].append(critic_loss.item())
+        self._stats["mean_q"].append(q_taken.mean().item())
+
+        warming_up = self.updates < cfg.warmup_updates or env_steps < cfg.warmup_steps
+        if not warming_up:
+            policy, policy_pass = agent.policy(current, hidden=agent.critic.shares_policy_pass)
+            with torch.no_grad():  # the actor's loss must not train the critic
+                q_all = agent.q(current, policy_pass=policy_pass)
+            loss = actor_loss(policy, q_all, alpha)
+            self._step(self.actor_optimizer, self.actor_params, loss)
+            self._stats["actor_loss"].append(loss.item())
+            self._stats["entropy"].append(policy.entropy().mean().item())
+            if cfg.autotune_alpha:
+                self._step(
+                    self.alpha_optimizer,
+                    [self.log_alpha],
+                    alpha_loss(self.log_alpha, policy, cfg.target_entropy),
+                    clip=False,
+                )
+        agent.critic.update_target(agent.lm)
+        self.updates += 1
+
+    def _step(self, optimizer: torch.optim.Optimizer, params: list, loss: torch.Tensor, clip: bool = True) -> None:
+        for group in (self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer):
+            group.zero_grad(set_to_none=True)
+        loss.backward()
+        self.ranks.average_gradients(params)
+        if clip and self.cfg.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
+        optimizer.step()
+
+    def pop_stats(self) -> dict[str, float]:
+        """Means since the last call, with the current alpha and HER share."""
+        stats = {k: float(np.mean(v)) for k, v in self._stats.items() if v}
+        self._stats.clear()
+        return stats | {"alpha": self.alpha, "her_share": self.buffer.her_share(), "updates": self.updates}
+
+    # -- checkpointing ---------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "alpha_optimizer": self.alpha_optimizer.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.updates = state["updates"]
+
+    def local_state_dict(self) -> dict:
+        """State that differs between ranks: the replay buffer of this rank's environments (and the
+        statistics gathered since the last metrics row)."""
+        return {"buffer": self.buffer.state_dict(), "stats": dict(self._stats)}
+
+    def load_local_state_dict(self, state: dict) -> None:
+        self.buffer.load_state_dict(state["buffer"])
+        self._stats = defaultdict(list, state["stats"])

@@ -1,0 +1,206 @@
+"""The run configuration: one YAML file per training run. Defaults are the paper's Tables 1-3.
+
+    python -m sacglam_core.train --config run.yaml
+
+Unknown keys, wrong types and incoherent combinations fail at start with one `ConfigError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, field
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import ValidationError
+
+from sacglam_core.agent.critic import CriticConfig
+from sacglam_core.envs.playground import EnvConfig
+from sacglam_core.models.loading import ModelConfig
+from sacglam_core.settings import settings
+
+
+class ConfigError(ValueError):
+    """A run configuration that cannot be used; the message names the file and every problem."""
+
+
+@settings
+class SACConfig:
+    """Discrete SAC (paper Table 2). `warmup_updates`/`warmup_steps`: critic-only updates at the start."""
+
+    buffer_size: int = 100_000
+    update_every: int = 32  # environment steps between update cycles
+    updates_per_cycle: int = 2
+    batch_size: int = 256
+    warmup_updates: int = 0
+    warmup_steps: int = 0
+    learning_starts: int = 0  # environment steps before the first update (and the buffer must hold a batch)
+    actor_lr: float = 1e-4
+    critic_lr: float = 1e-4
+    gamma: float = 0.99
+    n_step: int = 3
+    autotune_alpha: bool = True
+    alpha_init: float = 0.005
+    target_entropy: float = 0.0
+    alpha_lr: float = 2e-3
+    max_grad_norm: float | None = None
+    critic: CriticConfig = field(default_factory=CriticConfig)
+
+
+@settings
+class PPOConfig:
+    """PPO-GLAM (paper Table 1) and its hindsight variants (Appendix G)."""
+
+    rollout_steps: int = 2048  # transitions collected between updates, all environments together
+    epochs: int = 16
+    minibatch_size: int = 256
+    lr: float = 1e-4
+    gamma: float = 0.99
+    gae_lambda: float = 0.99
+    clip: float = 0.2
+    entropy_coef: float = 0.01
+    value_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    normalize_advantages: bool = True
+    loss: Literal["clip", "kl"] = "clip"
+    kl_coef: float = 0.1  # beta of the KL-penalised loss
+    center_clip: bool = False  # clip around the first-epoch ratio of relabelled data, not 1
+
+
+@settings
+class HERConfig:
+    """Hindsight relabelling with the social partner's goals (future strategy, paper section 2.3).
+
+    For SAC, `strategy` picks how batches mix relabelled and environment transitions (Appendix E); it and
+    `ratio` default to the paper's "ratio" at 50%. For PPO, relabelled trajectories join the rollout and
+    `aligned_only` keeps only goals aligned with the original (Appendix G).
+    """
+
+    enabled: bool = False
+    strategy: Literal["uniform", "ratio", "prior", "prior_ratio"] | None = None
+    ratio: float | None = None
+    aligned_only: bool = False
+
+    @property
+    def sampling(self) -> str:
+        return self.strategy or "ratio"
+
+    @property
+    def her_fraction(self) -> float:
+        return 0.5 if self.ratio is None else self.ratio
+
+
+@settings
+class EvalConfig:
+    every_steps: int = 10_000
+    episodes_per_type: int = 32  # train goals, stratified by goal type
+    test_episodes: int = 64
+    greedy: bool = False  # sample from the policy (as it acts) or take its most probable action
+    seed: int = 12345
+
+
+@settings
+class CheckpointConfig:
+    every_updates: int = 200
+    keep: int = 2
+
+
+@settings
+class RunConfig:
+    algorithm: Literal["sac", "ppo"]
+    model: ModelConfig
+    output_dir: str = "."
+    seed: int = 0
+    total_steps: int = 400_000
+    num_envs: int = 32
+    env: EnvConfig = field(default_factory=EnvConfig)
+    sac: SACConfig = field(default_factory=SACConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    her: HERConfig = field(default_factory=HERConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    threads: int | None = None  # torch CPU threads (None: torch's default)
+
+    def __post_init__(self) -> None:
+        problems = coherence_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of everything that changes results (not where they are written)."""
+        settings_ = {k: v for k, v in asdict(self).items() if k not in ("output_dir", "threads")}
+        return hashlib.sha256(json.dumps(settings_, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def coherence_problems(config: RunConfig) -> list[str]:
+    problems = []
+    her, sac, ppo = config.her, config.sac, config.ppo
+    if config.algorithm == "ppo":
+        if her.strategy is not None or her.ratio is not None:
+            problems.append("her.strategy and her.ratio shape SAC's replay batches; PPO has no replay buffer")
+        if not her.enabled and her.aligned_only:
+            problems.append("her.aligned_only needs her.enabled")
+        if ppo.center_clip and not (her.enabled and ppo.loss == "clip"):
+            problems.append(
+                "ppo.center_clip needs her.enabled and ppo.loss: clip (it re-centres the clip of relabelled data)"
+            )
+        if ppo.rollout_steps % config.num_envs:
+            problems.append(f"ppo.rollout_steps={ppo.rollout_steps} must be a multiple of num_envs={config.num_envs}")
+    else:
+        if not her.enabled and (her.strategy is not None or her.ratio is not None):
+            problems.append("her.strategy/her.ratio are set but her.enabled is false")
+        if her.aligned_only:
+            problems.append("her.aligned_only is a PPO variant (Appendix G); SAC relabels with every reported goal")
+        if sac.update_every % config.num_envs:
+            problems.append(f"sac.update_every={sac.update_every} must be a multiple of num_envs={config.num_envs}")
+        if sac.buffer_size < sac.batch_size:
+            problems.append(f"sac.buffer_size={sac.buffer_size} is smaller than sac.batch_size={sac.batch_size}")
+        if sac.n_step < 1:
+            problems.append("sac.n_step must be at least 1")
+    if her.ratio is not None and not 0.0 <= her.ratio <= 1.0:
+        problems.append(f"her.ratio must be in [0, 1], got {her.ratio}")
+    if config.num_envs < 1 or config.total_steps < 1:
+        problems.append("num_envs and total_steps must be positive")
+    return problems
+
+
+def load_config(path: str | Path, overrides: dict | None = None) -> RunConfig:
+    """Read and validate a YAML run configuration; `overrides` are merged over it (nested dicts)."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except OSError as error:
+        raise ConfigError(f"cannot read run configuration {path}: {error}") from error
+    except yaml.YAMLError as error:
+        raise ConfigError(f"run configuration {path} is not valid YAML: {error}") from error
+    return parse_config(_merge(raw, overrides or {}), source=str(path))
+
+
+def parse_config(raw: dict, source: str = "<dict>") -> RunConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"run configuration {source} must be a mapping of settings, got {type(raw).__name__}")
+    try:
+        return RunConfig(**raw)
+    except ValidationError as error:
+        lines = [
+            f"{'.'.join(map(str, e['loc'])) or 'run'}: {e['msg'].removeprefix('Value error, ')}" for e in error.errors()
+        ]
+        raise ConfigError(f"invalid run configuration {source}: " + "; ".join(lines)) from None
+    except TypeError as error:
+        raise ConfigError(f"invalid run configuration {source}: {error}") from None
+
+
+def dump_config(config: RunConfig) -> str:
+    return yaml.safe_dump(json.loads(json.dumps(asdict(config), default=list)), sort_keys=False)
+
+
+def _merge(base: dict, overrides: dict) -> dict:
+    merged = dict(base)
+    for key, value in overrides.items():
+        merged[key] = (
+            _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        )
+    return merged

@@ -1,0 +1,101 @@
+"""Data parallelism across the processes of one job (torchrun conventions: RANK, WORLD_SIZE, LOCAL_RANK).
+
+Each rank runs its share of the environments with its own copy of the LLM; after every backward pass
+the gradients are averaged across ranks, so the copies stay identical (the paper's 4 LLM instances).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Ranks:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    device: str = "cpu"  # where collective tensors live: the GPU with nccl
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.world > 1
+
+    def average_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        """All-reduce (mean) the gradients of `params`; a missing gradient counts as zero."""
+        if not self.active or not params:
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= self.world
+        offset = 0
+        for p, g in zip(params, grads):
+            p.grad = flat[offset : offset + g.numel()].view_as(g).to(p.dtype)
+            offset += g.numel()
+
+    def sum(self, values: list[float]) -> list[float]:
+        if not self.active:
+            return values
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(tensor)
+        return tensor.tolist()
+
+    def all(self, flag: bool) -> bool:
+        """Whether `flag` holds on every rank."""
+        return self.sum([float(flag)])[0] == self.world if self.active else flag
+
+    def any(self, flag: bool) -> bool:
+        return self.sum([float(flag)])[0] > 0 if self.active else flag
+
+    def gather(self, value: float) -> list[float]:
+        if not self.active:
+            return [value]
+        out = [torch.zeros(1, dtype=torch.float64, device=self.device) for _ in range(self.world)]
+        dist.all_gather(out, torch.tensor([value], dtype=torch.float64, device=self.device))
+        return [float(t) for t in out]
+
+    def gather_strings(self, value: str) -> list[str]:
+        if not self.active:
+            return [value]
+        out: list[str] = [""] * self.world
+        dist.all_gather_object(out, value)
+        return out
+
+    def barrier(self) -> None:
+        if self.active:
+            dist.barrier()
+
+
+def init_ranks() -> Ranks:
+    """Join the process group that torchrun (or submitit's distributed environment) describes."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return Ranks()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    gpu = torch.cuda.is_available()
+    if gpu:
+        torch.cuda.set_device(local_rank)
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if gpu else "gloo")
+    return Ranks(int(os.environ["RANK"]), world, local_rank, f"cuda:{local_rank}" if gpu else "cpu")
+
+
+def resolve_device(requested: str, ranks: Ranks) -> str:
+    if requested == "auto":
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and ranks.active:
+        return f"cuda:{ranks.local_rank}"
+    return requested
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

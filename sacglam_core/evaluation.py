@@ -1,0 +1,88 @@
+"""Periodic evaluation: success rates on train goals per goal type and overall, and on the test split.
+
+The evaluation goals are drawn once from a fixed seed, stratified by goal type (uniform sampling would
+almost never pick the rare simple goals of the full environment), and the overall train success weights
+the per-type rates by the environment's own goal-type distribution. Episodes are shared out among ranks.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from functools import cache
+
+import numpy as np
+import torch
+
+from sacglam_core.agent import GlamAgent
+from sacglam_core.config import RunConfig
+from sacglam_core.distributed import Ranks
+from sacglam_core.envs import EnvConfig, GoalType, PlaygroundText, catalog
+
+
+def goal_type_prior(env: EnvConfig) -> np.ndarray:
+    """P(goal type) when goals are drawn uniformly from the environment's train goals (paper Figure 4)."""
+    goals = catalog()
+    counts = Counter(goals.parse(g).type for g in goals.goals("train", env.simplified))
+    return np.array([counts[t] / sum(counts.values()) for t in GoalType])
+
+
+def metric_name(goal_type: GoalType) -> str:
+    return "eval_success_" + goal_type.value.replace(" ", "_")
+
+
+@cache
+def evaluation_goals(simplified: bool, per_type: int, test: int, seed: int) -> tuple[tuple[str, str], ...]:
+    """(split, goal) pairs: `per_type` train goals of each type present, and `test` test goals."""
+    rng = random.Random(seed)
+    goals = catalog()
+    chosen: list[tuple[str, str]] = []
+    by_type: dict[GoalType, list[str]] = {}
+    for g in goals.goals("train", simplified):
+        by_type.setdefault(goals.parse(g).type, []).append(g)
+    for goal_type in GoalType:
+        if goal_type in by_type:
+            chosen += [("train", rng.choice(by_type[goal_type])) for _ in range(per_type)]
+    chosen += [("test", g) for g in rng.choices(goals.goals("test", simplified), k=test)]
+    return tuple(chosen)
+
+
+@torch.no_grad()
+def evaluate(agent: GlamAgent, config: RunConfig, ranks: Ranks, round_index: int) -> dict[str, float]:
+    cfg = config.eval
+    plan = evaluation_goals(config.env.simplified, cfg.episodes_per_type, cfg.test_episodes, cfg.seed)
+    mine = [(i, split, goal) for i, (split, goal) in enumerate(plan) if i % ranks.world == ranks.rank]
+    envs = [PlaygroundText(config.env, seed=cfg.seed + 7919 * i) for i, _, _ in mine]
+    generator = torch.Generator().manual_seed(cfg.seed + round_index)
+    obs, infos = (
+        map(list, zip(*(env.reset(options={"goal": g}) for env, (_, _, g) in zip(envs, mine)))) if mine else ([], [])
+    )
+    success = [0.0] * len(mine)
+    active = list(range(len(mine)))
+    while active:
+        goals = [infos[i]["goal"] for i in active]
+        candidates = [infos[i]["possible_actions"] for i in active]
+        choices = agent.act(goals, [obs[i] for i in active], candidates, greedy=cfg.greedy, generator=generator)
+        still = []
+        for i, choice in zip(active, choices):
+            obs[i], reward, terminated, truncated, infos[i] = envs[i].step(infos[i]["possible_actions"][choice])
+            success[i] = max(success[i], reward)
+            if not (terminated or truncated):
+                still.append(i)
+        active = still
+    # Sum successes and counts per (split, type) over ranks.
+    keys = [("test", None)] + [("train", t) for t in GoalType]
+    totals = [0.0] * (2 * len(keys))
+    goals = catalog()
+    for (_, split, goal), s in zip(mine, success):
+        k = keys.index(("test", None) if split == "test" else ("train", goals.parse(goal).type))
+        totals[2 * k] += s
+        totals[2 * k + 1] += 1
+    totals = ranks.sum(totals)
+    rates = {k: totals[2 * i] / totals[2 * i + 1] for i, k in enumerate(keys) if totals[2 * i + 1]}
+    prior = goal_type_prior(config.env)
+    metrics = {metric_name(t): rates[("train", t)] for t in GoalType if ("train", t) in rates}
+    metrics["eval_success"] = float(sum(p * rates.get(("train", t), 0.0) for p, t in zip(prior, GoalType)))
+    if ("test", None) in rates:
+        metrics["eval_success_test"] = rates[("test", None)]
+    return metrics
