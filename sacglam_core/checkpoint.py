@@ -11,27 +11,17 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import sys
 from pathlib import Path
 
 import torch
 
+from sacglam_core.atomic import atomic_write
 from sacglam_core.distributed import Ranks
 
 
 class CheckpointError(RuntimeError):
     """No usable checkpoint, or one that belongs to another run."""
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write to a temporary name in the same folder, flush to disk, then rename over `path`."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with tmp.open("wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _serialise(obj: dict) -> bytes:

@@ -16,14 +16,64 @@ from typing import Literal
 import yaml
 from pydantic import ValidationError
 
-from sacglam_core.agent.critic import CriticConfig
 from sacglam_core.envs.playground import EnvConfig
-from sacglam_core.models.loading import ModelConfig
 from sacglam_core.settings import settings
 
 
 class ConfigError(ValueError):
     """A run configuration that cannot be used; the message names the file and every problem."""
+
+
+@settings
+class LoraSettings:
+    """LoRA through peft. `target_modules="all-linear"` adapts every linear layer but the output head."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] | str = "all-linear"
+
+
+@settings
+class ModelConfig:
+    """Which LLM to load and how.
+
+    `name_or_path` is a hub id (`google/flan-t5-base`) or a local folder. `architecture="auto"` reads it
+    from the model's config. `load_in_4bit` quantizes to nf4 with double quantization and bf16 compute
+    (QLoRA), and then needs LoRA, since 4-bit weights cannot be trained.
+    """
+
+    name_or_path: str
+    architecture: Literal["auto", "seq2seq", "causal"] = "auto"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "cpu"
+    lora: LoraSettings | None = None
+    load_in_4bit: bool = False
+    cache_dir: str | None = None
+
+    @property
+    def is_local_path(self) -> bool:
+        """A folder (existing or to be built), as opposed to a Hugging Face hub id (`org/name`)."""
+        name = self.name_or_path
+        return name.startswith((".", "/", "~")) or name.count("/") > 1 or Path(name).exists()
+
+    def __post_init__(self) -> None:
+        if self.load_in_4bit and self.lora is None:
+            raise ValueError("model.load_in_4bit needs model.lora: 4-bit weights can only be trained through adapters")
+
+
+@settings
+class CriticConfig:
+    input: Literal["obs_action", "obs", "decoded_action"] = "obs_action"
+    weights: Literal["shared", "shared_frozen", "separate"] = "shared"
+    hidden_units: int = 1024
+    hidden_layers: int = 2
+    tau: float = 0.005
+    target_lm: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"critic.tau must be in (0, 1], got {self.tau}")
 
 
 @settings

@@ -22,10 +22,12 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from sacglam_core import EXIT_PREEMPTED
 from sacglam_core.agent import AgentConfig, GlamAgent
 from sacglam_core.algos.ppo import PPO
 from sacglam_core.algos.sac import SAC
-from sacglam_core.checkpoint import Checkpointer, CheckpointError, atomic_write
+from sacglam_core.atomic import atomic_write
+from sacglam_core.checkpoint import Checkpointer, CheckpointError
 from sacglam_core.config import ConfigError, RunConfig, dump_config, load_config
 from sacglam_core.distributed import init_ranks, resolve_device, shutdown
 from sacglam_core.envs import VectorPlayground
@@ -34,8 +36,6 @@ from sacglam_core.evaluation import evaluate, goal_type_prior
 from sacglam_core.metrics import MetricsFile
 from sacglam_core.models.loading import ModelNotFoundError
 from sacglam_core.trajectories import EpisodeRecorder
-
-EXIT_PREEMPTED = 75  # checkpointed before the end: run again (requeue) to continue
 
 
 class Trainer:
@@ -129,10 +129,17 @@ class Trainer:
         checksums = self._check_in_sync()
         if self.ranks.is_main:
             summary = {"env_steps": self.env_steps, "wall_seconds": self.elapsed, "eval_success": self._last_success,
-                       "world": self.ranks.world, "weight_checksums": checksums,
+                       "world": self.ranks.world, "weight_checksums": checksums, **self._hardware(),
                        "fingerprint": self.config.fingerprint}  # fmt: skip
             atomic_write(self.out / "done.json", json.dumps(summary, indent=1).encode())
         return 0
+
+    def _hardware(self) -> dict:
+        """GPUs used (for the GPU-hour calibration of the workflow's budget)."""
+        device = self.agent.lm.device
+        if device.type != "cuda":
+            return {"gpus": 0, "gpu_name": None}
+        return {"gpus": self.ranks.world, "gpu_name": torch.cuda.get_device_name(device)}
 
     def _should_stop(self, stop_at_steps: int | None) -> bool:
         return self.ranks.any(self.stop_requested or (stop_at_steps is not None and self.env_steps >= stop_at_steps))

@@ -7,9 +7,9 @@ import torch
 
 from sacglam_core.agent import AgentConfig, CriticConfig, GlamAgent
 from sacglam_core.agent.batch import collate
+from sacglam_core.config import LoraSettings, ModelConfig
 from sacglam_core.envs import VectorPlayground
 from sacglam_core.envs.playground import ACTION_VOCABULARY
-from sacglam_core.models import LoraSettings, ModelConfig
 
 
 def make_agent(path, critic=None, lora=None, **model_options) -> GlamAgent:
@@ -147,7 +147,7 @@ def test_q_from_the_policy_pass_equals_a_separate_pass(tiny_path, critic_input):
 
 def test_obs_critic_needs_an_action_vocabulary(tiny_models):
     from sacglam_core.agent import GlamLM
-    from sacglam_core.models import load_model, load_tokenizer
+    from sacglam_core.models.loading import load_model, load_tokenizer
 
     config = ModelConfig(str(tiny_models["tiny-t5"]))
     model, arch = load_model(config)

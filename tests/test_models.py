@@ -8,8 +8,9 @@ import torch
 from sacglam_core.agent import GlamLM
 from sacglam_core.agent.policy import CandidateDistribution
 from sacglam_core.agent.tokens import PromptTokens
+from sacglam_core.config import LoraSettings, ModelConfig
 from sacglam_core.envs import VectorPlayground, prompt
-from sacglam_core.models import LoraSettings, ModelConfig, ModelNotFoundError, load_model, load_tokenizer
+from sacglam_core.models.loading import ModelNotFoundError, load_model, load_tokenizer
 from sacglam_core.models.tiny import TinySpec, pretrain_prior, tiny_t5
 from sacglam_core.models.tokenizer import build_tokenizer
 

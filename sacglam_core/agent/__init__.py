@@ -2,9 +2,10 @@
 
 from sacglam_core.agent.agent import AgentConfig, GlamAgent
 from sacglam_core.agent.batch import CandidateBatch
-from sacglam_core.agent.critic import Critic, CriticConfig, ValueHead
+from sacglam_core.agent.critic import Critic, ValueHead
 from sacglam_core.agent.lm import GlamLM, LMOutput
 from sacglam_core.agent.policy import CandidateDistribution
+from sacglam_core.config import CriticConfig
 
 __all__ = [
     "AgentConfig",

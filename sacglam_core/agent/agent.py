@@ -9,11 +9,12 @@ import torch
 from torch import nn
 
 from sacglam_core.agent.batch import CandidateBatch
-from sacglam_core.agent.critic import Critic, CriticConfig, ValueHead
+from sacglam_core.agent.critic import Critic, ValueHead
 from sacglam_core.agent.lm import GlamLM, LMOutput
 from sacglam_core.agent.policy import CandidateDistribution
 from sacglam_core.agent.tokens import PromptTokens
-from sacglam_core.models.loading import ModelConfig, load_model, load_tokenizer
+from sacglam_core.config import CriticConfig, ModelConfig
+from sacglam_core.models.loading import load_model, load_tokenizer
 
 
 @dataclass(frozen=True)

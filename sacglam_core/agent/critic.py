@@ -17,31 +17,16 @@ LLM weights the critic reads (again an adapter, not a copy of the LLM, when LoRA
 from __future__ import annotations
 
 import copy
-from typing import Literal
 
 import torch
 from torch import nn
 
 from sacglam_core.agent.batch import CandidateBatch
 from sacglam_core.agent.lm import DEFAULT, GlamLM, LMOutput
-from sacglam_core.settings import settings
+from sacglam_core.config import CriticConfig
 
 CRITIC_WEIGHTS = "critic"
 TARGET_WEIGHTS = "critic_target"
-
-
-@settings
-class CriticConfig:
-    input: Literal["obs_action", "obs", "decoded_action"] = "obs_action"
-    weights: Literal["shared", "shared_frozen", "separate"] = "shared"
-    hidden_units: int = 1024
-    hidden_layers: int = 2
-    tau: float = 0.005
-    target_lm: bool = True
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"critic.tau must be in (0, 1], got {self.tau}")
 
 
 def mlp(in_features: int, hidden_units: int, hidden_layers: int, out_features: int) -> nn.Sequential:

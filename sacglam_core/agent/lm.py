@@ -1,8 +1,9 @@
 """The LLM seen the GLAM way: scores of candidate actions given a prompt, and hidden states for heads.
 
 `GlamLM.score` computes every prompt's candidates in one batched pass. For a seq2seq model the encoder
-runs once per prompt and its output is reused by all of that prompt's actions; for a causal LM the
-prompt runs once and its key/value cache is shared by all of its actions. `score_naive` is the
+runs once per prompt and its output (with the decoder's cross-attention keys/values) is reused by all of
+that prompt's actions; for a causal LM the prompt runs once and its key/value cache is shared by all of
+its actions. `score_naive` is the
 reference: one full forward per (prompt, action) pair.
 
 Several named weight sets can live beside the main one ("default"): with LoRA they are peft adapters
@@ -128,23 +129,36 @@ class GlamLM(nn.Module):
         return self._score_seq2seq(batch, hidden) if self.seq2seq else self._score_causal(batch, hidden)
 
     def _score_seq2seq(self, batch: CandidateBatch, hidden: bool) -> LMOutput:
+        # The encoder runs once per prompt, and so does the decoder's first step (the start token), whose
+        # cache then holds each prompt's cross-attention keys/values: every action of the prompt reuses
+        # them instead of projecting the encoder states again.
         model = self._module(self._active)
-        encoded = model.get_encoder()(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask)
-        start = torch.full_like(batch.action_ids[:, :1], model.config.decoder_start_token_id)
-        out = model(
-            encoder_outputs=BaseModelOutput(last_hidden_state=encoded.last_hidden_state[batch.owner]),
-            attention_mask=batch.prompt_mask[batch.owner],
-            decoder_input_ids=torch.cat([start, batch.action_ids], 1),
-            decoder_attention_mask=torch.cat([torch.ones_like(start), batch.action_mask], 1),
+        encoded = model.get_encoder()(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask).last_hidden_state
+        start = torch.full_like(batch.prompt_ids[:, :1], model.config.decoder_start_token_id)
+        prefix = model(
+            encoder_outputs=BaseModelOutput(last_hidden_state=encoded),
+            attention_mask=batch.prompt_mask,
+            decoder_input_ids=start,
+            use_cache=True,
             output_hidden_states=hidden,
         )
-        logp = _token_logp(out.logits[:, :-1], batch.action_ids, batch.action_mask)
+        cache = prefix.past_key_values
+        cache.batch_select_indices(batch.owner)
+        out = model(
+            encoder_outputs=BaseModelOutput(last_hidden_state=encoded[batch.owner]),
+            attention_mask=batch.prompt_mask[batch.owner],
+            decoder_input_ids=batch.action_ids,
+            decoder_attention_mask=torch.cat([torch.ones_like(batch.action_ids[:, :1]), batch.action_mask], 1),
+            past_key_values=cache,
+            output_hidden_states=hidden,
+        )
+        logits = torch.cat([prefix.logits[batch.owner], out.logits[:, :-1]], 1)
+        logp = _token_logp(logits, batch.action_ids, batch.action_mask)
         if not hidden:
             return LMOutput(logp)
-        states = out.decoder_hidden_states[-1]  # [A, La + 1, d]; position 0 sees the prompt only
+        states = out.decoder_hidden_states[-1]
         rows = torch.arange(len(states), device=states.device)
-        first_of_prompt = torch.cumsum(batch.counts, 0) - batch.counts
-        return LMOutput(logp, states[rows, batch.action_mask.sum(1)], states[first_of_prompt, 0])
+        return LMOutput(logp, states[rows, batch.action_mask.sum(1) - 1], prefix.decoder_hidden_states[-1][:, 0])
 
     def _score_causal(self, batch: CandidateBatch, hidden: bool) -> LMOutput:
         model = self._module(self._active)

@@ -1,5 +1,2 @@
-"""Loading Hugging Face LLMs (hub id or local folder, LoRA, 4-bit) and building the tiny offline models."""
-
-from sacglam_core.models.loading import LoraSettings, ModelConfig, ModelNotFoundError, load_model, load_tokenizer
-
-__all__ = ["LoraSettings", "ModelConfig", "ModelNotFoundError", "load_model", "load_tokenizer"]
+"""Hugging Face LLMs: loading (hub id or local folder, LoRA, 4-bit; models/loading.py) and the tiny
+models built offline (models/tiny.py). Their settings live in sacglam_core/config.py."""

@@ -3,52 +3,21 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Literal
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel
 
-from sacglam_core.settings import settings
+from sacglam_core.config import LoraSettings, ModelConfig
 
 Architecture = Literal["seq2seq", "causal"]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
+__all__ = ["LoraSettings", "ModelConfig", "ModelNotFoundError", "load_model", "load_tokenizer", "stage"]
+
 
 class ModelNotFoundError(FileNotFoundError):
     """The model is neither a local folder nor in the Hugging Face cache (and cannot be downloaded)."""
-
-
-@settings
-class LoraSettings:
-    """LoRA through peft. `target_modules="all-linear"` adapts every linear layer but the output head."""
-
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.0
-    target_modules: tuple[str, ...] | str = "all-linear"
-
-
-@settings
-class ModelConfig:
-    """Which LLM to load and how.
-
-    `name_or_path` is a hub id (`google/flan-t5-base`) or a local folder. `architecture="auto"` reads it
-    from the model's config. `load_in_4bit` quantizes to nf4 with double quantization and bf16 compute
-    (QLoRA), and then needs LoRA, since 4-bit weights cannot be trained.
-    """
-
-    name_or_path: str
-    architecture: Literal["auto", "seq2seq", "causal"] = "auto"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    device: str = "cpu"
-    lora: LoraSettings | None = None
-    load_in_4bit: bool = False
-    cache_dir: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.load_in_4bit and self.lora is None:
-            raise ValueError("model.load_in_4bit needs model.lora: 4-bit weights can only be trained through adapters")
 
 
 def hub_offline() -> bool:
@@ -57,7 +26,7 @@ def hub_offline() -> bool:
 
 def _not_found(config: ModelConfig, cause: Exception) -> ModelNotFoundError:
     name = config.name_or_path
-    if _looks_like_path(name):
+    if config.is_local_path:
         where = f"there is no model folder at {name!r}"
     else:
         cache = (
@@ -72,10 +41,6 @@ def _not_found(config: ModelConfig, cause: Exception) -> ModelNotFoundError:
         f"(or model.cache_dir) at that cache; tiny models are built offline with "
         f"`python -m sacglam_core.models build-tiny <dir>`. ({type(cause).__name__}: {cause})"
     )
-
-
-def _looks_like_path(name: str) -> bool:
-    return name.startswith((".", "/", "~")) or Path(name).exists()
 
 
 def resolve_architecture(config: ModelConfig) -> Architecture:

@@ -1,0 +1,22 @@
+"""SAC-GLAM: regenerate the paper's results.
+
+    snakemake --profile profiles/slurm -n     # plan: the runs to launch and their GPU-hour budget
+    snakemake --profile profiles/slurm        # on a SLURM cluster (submitit, Apptainer, 4 GPUs per run)
+    snakemake --profile profiles/local        # on a laptop CPU, the tiny model
+
+Experiments are configuration (workflow/config/experiments.yaml); see README.md.
+"""
+
+
+configfile: "workflow/config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/models.smk"
+include: "workflow/rules/container.smk"
+include: "workflow/rules/train.smk"
+
+
+rule all:
+    input:
+        [run_output(run) for run in RUNS],
