@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from functools import cache
 
 import numpy as np
@@ -47,13 +48,32 @@ def evaluation_goals(simplified: bool, per_type: int, test: int, seed: int) -> t
     return tuple(chosen)
 
 
+# chooses one candidate per environment: (goals, observations, candidate lists) -> indices
+Policy = Callable[[list[str], list[str], list[list[str]]], list[int]]
+
+
+def agent_policy(agent: GlamAgent, config: RunConfig, round_index: int) -> Policy:
+    """The agent as it acts (or greedily, with `eval.greedy`), sampling from a generator of its own."""
+    generator = torch.Generator().manual_seed(config.eval.seed + round_index)
+
+    def act(goals, observations, candidates):
+        return agent.act(goals, observations, candidates, greedy=config.eval.greedy, generator=generator)
+
+    return act
+
+
+def random_policy(seed: int = 0) -> Policy:
+    """The uniform policy over candidates: the baseline a learning agent must beat."""
+    rng = random.Random(seed)
+    return lambda goals, observations, candidates: [rng.randrange(len(c)) for c in candidates]
+
+
 @torch.no_grad()
-def evaluate(agent: GlamAgent, config: RunConfig, ranks: Ranks, round_index: int) -> dict[str, float]:
+def evaluate(policy: Policy, config: RunConfig, ranks: Ranks) -> dict[str, float]:
     cfg = config.eval
     plan = evaluation_goals(config.env.simplified, cfg.episodes_per_type, cfg.test_episodes, cfg.seed)
     mine = [(i, split, goal) for i, (split, goal) in enumerate(plan) if i % ranks.world == ranks.rank]
     envs = [PlaygroundText(config.env, seed=cfg.seed + 7919 * i) for i, _, _ in mine]
-    generator = torch.Generator().manual_seed(cfg.seed + round_index)
     obs, infos = (
         map(list, zip(*(env.reset(options={"goal": g}) for env, (_, _, g) in zip(envs, mine)))) if mine else ([], [])
     )
@@ -62,7 +82,7 @@ def evaluate(agent: GlamAgent, config: RunConfig, ranks: Ranks, round_index: int
     while active:
         goals = [infos[i]["goal"] for i in active]
         candidates = [infos[i]["possible_actions"] for i in active]
-        choices = agent.act(goals, [obs[i] for i in active], candidates, greedy=cfg.greedy, generator=generator)
+        choices = policy(goals, [obs[i] for i in active], candidates)
         still = []
         for i, choice in zip(active, choices):
             obs[i], reward, terminated, truncated, infos[i] = envs[i].step(infos[i]["possible_actions"][choice])

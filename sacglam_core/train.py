@@ -16,6 +16,7 @@ import dataclasses
 import json
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from sacglam_core.config import ConfigError, RunConfig, dump_config, load_config
 from sacglam_core.distributed import init_ranks, resolve_device, shutdown
 from sacglam_core.envs import VectorPlayground
 from sacglam_core.envs.playground import ACTION_VOCABULARY
-from sacglam_core.evaluation import evaluate, goal_type_prior
+from sacglam_core.evaluation import agent_policy, evaluate, goal_type_prior
 from sacglam_core.metrics import MetricsFile
 from sacglam_core.models.loading import ModelNotFoundError
 from sacglam_core.trajectories import EpisodeRecorder
@@ -66,7 +67,6 @@ class Trainer:
         self.window = [0, 0]  # training episodes finished and succeeded since the last metrics row
         self.elapsed = 0.0
         self.last_row = (0.0, 0, 0)  # wall seconds, env steps, updates at the last metrics row
-        self.stop_requested = False
         self._last_success = float("nan")
 
     # -- the loop --------------------------------------------------------------------------------
@@ -82,7 +82,6 @@ class Trainer:
                 atomic_write(self.out / "config.yaml", dump_config(self.config).encode())
                 self.metrics.truncate(0)
             self._log_row()  # the untrained agent's success rates at step 0
-        self._install_signal_handlers()
         started = time.perf_counter() - self.elapsed
         total = self.config.total_steps
         bar = tqdm(
@@ -142,18 +141,11 @@ class Trainer:
         return {"gpus": self.ranks.world, "gpu_name": torch.cuda.get_device_name(device)}
 
     def _should_stop(self, stop_at_steps: int | None) -> bool:
-        return self.ranks.any(self.stop_requested or (stop_at_steps is not None and self.env_steps >= stop_at_steps))
-
-    def _install_signal_handlers(self) -> None:
-        def request_stop(signum, frame):
-            self.stop_requested = True
-
-        for sig in (signal.SIGTERM, signal.SIGUSR2):
-            signal.signal(sig, request_stop)
+        return self.ranks.any(STOP.is_set() or (stop_at_steps is not None and self.env_steps >= stop_at_steps))
 
     # -- metrics ---------------------------------------------------------------------------------
     def _log_row(self) -> None:
-        metrics = evaluate(self.agent, self.config, self.ranks, self.eval_rounds)
+        metrics = evaluate(agent_policy(self.agent, self.config, self.eval_rounds), self.config, self.ranks)
         self.eval_rounds += 1
         episodes, successes = self.ranks.sum([float(self.window[0]), float(self.window[1])])
         self.episodes += int(episodes)
@@ -250,7 +242,13 @@ class Trainer:
         return True
 
 
+STOP = threading.Event()  # set by SIGTERM/SIGUSR2: checkpoint at the next step and exit with EXIT_PREEMPTED
+
+
 def main(argv: list[str] | None = None) -> int:
+    # Installed first: a time-limit signal during start-up must not kill the process.
+    for sig in (signal.SIGTERM, signal.SIGUSR2):
+        signal.signal(sig, lambda signum, frame: STOP.set())
     parser = argparse.ArgumentParser(
         prog="python -m sacglam_core.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

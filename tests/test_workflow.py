@@ -109,7 +109,9 @@ def test_budget_from_the_paper_and_from_measured_runs(tmp_path, definitions):
 def test_workflow_configuration_is_validated():
     raw = yaml.safe_load((ROOT / "workflow" / "config" / "config.yaml").read_text())
     raw["budget"]["allocation_gpu_hours"] = "250"  # what `--config budget={...}` passes
-    assert parse_workflow_config(raw).budget.allocation_gpu_hours == 250.0
+    raw["launcher"]["container"] = "null"
+    parsed = parse_workflow_config(raw)
+    assert parsed.budget.allocation_gpu_hours == 250.0 and parsed.launcher.container is None
     raw["launcher"]["gpus"] = 4
     with pytest.raises(ValueError, match="launcher.gpus: Unexpected keyword argument"):
         parse_workflow_config(raw)

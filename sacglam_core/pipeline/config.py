@@ -1,7 +1,8 @@
 """The workflow's settings (workflow/config/config.yaml, extended by a profile), validated at parse time.
 
-Snakemake's `--config key=value` turns nested numbers into strings; validation turns them back, and
-rejects unknown keys and wrong types with one message.
+Snakemake's `--config key=value` turns nested values into strings (`launcher={"gpus_per_node": 2,
+"container": null}` arrives as "2" and "null"); validation turns them back, and rejects unknown keys and
+wrong types with one message.
 """
 
 from __future__ import annotations
@@ -55,7 +56,16 @@ class WorkflowConfig:
 
 def parse_workflow_config(raw: dict) -> WorkflowConfig:
     try:
-        return WorkflowConfig(**raw)
+        return WorkflowConfig(**_nulls(raw))
     except ValidationError as error:
         lines = [f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()]
         raise ValueError("invalid workflow configuration: " + "; ".join(lines)) from None
+
+
+def _nulls(value):
+    """YAML's null spelt out, as Snakemake's --config leaves it in nested values, becomes None."""
+    if isinstance(value, dict):
+        return {k: _nulls(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nulls(v) for v in value]
+    return None if value in ("null", "None", "~") else value

@@ -58,9 +58,15 @@ class TrainingJob(submitit.helpers.Checkpointable):
 
     def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
         """Called by submitit on rank 0 at the time limit: have the trainer checkpoint, then requeue."""
-        if self._process is not None and self._process.poll() is None:
+        if self._process is not None and self._process.returncode is None:
             self._process.send_signal(signal.SIGUSR2)  # all ranks stop together at the next step
-            self._process.wait()
+            # Not Popen.wait(): this runs in a signal handler that interrupted Popen.wait() in __call__,
+            # which holds the (non-reentrant) lock that wait() takes.
+            try:
+                _, status = os.waitpid(self._process.pid, 0)
+                self._record(submitit.JobEnvironment(), os.waitstatus_to_exitcode(status))
+            except ChildProcessError:
+                pass  # already reaped
         return submitit.helpers.DelayedSubmission(self)
 
     def _record(self, job: submitit.JobEnvironment, status: int) -> None:
@@ -131,4 +137,4 @@ def launch(
 
     signal.signal(signal.SIGINT, cancel)
     signal.signal(signal.SIGTERM, cancel)
-    return job.result()
+    return job.results()[0]  # one result per task; rank 0's is the run's

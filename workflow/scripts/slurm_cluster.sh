@@ -3,7 +3,8 @@
 #
 #   slurm_cluster.sh start|stop|status|env [STATE_DIR]
 #
-# STATE_DIR defaults to ${SLURM_TEST_DIR:-/tmp/sacglam-slurm}. Everything the cluster needs lives
+# STATE_DIR defaults to ${SLURM_TEST_DIR:-/tmp/sacglam-slurm}; SLURM_TEST_CPUS sets the node's CPU
+# count (default: max(nproc, 8)). Everything the cluster needs lives
 # there: configs, spool and state, logs, pid files, the munge key and socket, the MariaDB data dir
 # and socket, slurmdbd files. The only thing written outside it: symlinks /etc/slurm/slurm.conf and
 # gres.conf to the generated files, made only where those paths do not exist yet (jobs' nested srun
@@ -215,7 +216,9 @@ make_dirs() {
 
 write_slurm_conf() {
     local cpus mem_mb
-    cpus=$(nproc)
+    # CPUs: at least 8, so that a job of 4 tasks (one per fake GPU) fits even on a 2-core machine
+    # (SlurmdParameters=config_overrides lets the node declare more than the hardware has).
+    cpus=${SLURM_TEST_CPUS:-$(($(nproc) > 8 ? $(nproc) : 8))}
     # RealMemory: a bit (10 %) under the machine's memory.
     mem_mb=$(awk '/^MemTotal:/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
     cat >"$SLURM_CONF_FILE" <<EOF
