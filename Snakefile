@@ -3,6 +3,8 @@
     snakemake --profile profiles/slurm -n     # plan: the runs to launch and their GPU-hour budget
     snakemake --profile profiles/slurm        # on a SLURM cluster (submitit, Apptainer, 4 GPUs per run)
     snakemake --profile profiles/local        # on a laptop CPU, the tiny model
+    snakemake --profile profiles/local figures            # figures and tables from existing metrics
+    snakemake --profile profiles/local --report results/report.html
 
 Experiments are configuration (workflow/config/experiments.yaml); see README.md.
 """
@@ -15,8 +17,12 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/container.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/aggregate.smk"
 
 
 rule all:
     input:
         [run_output(run) for run in RUNS],
+        [path for name in SETTINGS.experiments for path in aggregate_outputs(name)],
+        rules.goal_types.output,
+        rules.calibration.output,

@@ -15,3 +15,16 @@ def atomic_write(path: str | Path, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def save_figure(figure, path: str | Path) -> None:
+    """A matplotlib figure saved atomically, in the format its suffix names."""
+    import io
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=Path(path).suffix.lstrip("."), dpi=150, bbox_inches="tight")
+    atomic_write(path, buffer.getvalue())
+
+
+def write_text(path: str | Path, text: str) -> None:
+    atomic_write(path, text.encode())

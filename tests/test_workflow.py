@@ -2,7 +2,6 @@
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import yaml
 from sacglam_core.pipeline.budget import BudgetExceededError, check_allocation, load_calibration, plan, total
 from sacglam_core.pipeline.config import parse_workflow_config
 from sacglam_core.pipeline.experiments import ExperimentError, expand, load_definitions
+from sacglam_core.pipeline.outputs import expected_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [str(Path(sys.executable).parent / "snakemake")]
@@ -121,15 +121,18 @@ def snakemake(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
     return subprocess.run([*SNAKEMAKE, "--nolock", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
-def test_dry_run_of_the_paper_grid_lists_every_run_and_the_budget():
-    result = snakemake("--profile", "profiles/slurm", "-n", "--config", f"experiments={json.dumps(PAPER)}")
+def test_dry_run_of_the_paper_grid_lists_every_run_and_the_budget(tmp_path):
+    result = snakemake(
+        "--profile", "profiles/slurm", "-n", "--config", f"experiments={json.dumps(PAPER)}", f"results={tmp_path}"
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    runs = expand(load_definitions(DEFINITIONS), PAPER, "results")
+    runs = expand(load_definitions(DEFINITIONS), PAPER, tmp_path)
     out = result.stdout + result.stderr
     assert f"total: {len(runs)} runs" in out and "GPU-hour budget" in out
     assert out.count("rule train:") == len(runs)
     assert all(str(run.directory / "done.json") in out for run in runs)
     assert "rule container:" in out  # the image is built (on the login node) before jobs use it
+    assert all(f"rule aggregate_{name}:" in out for name in PAPER) and "rule goal_types:" in out
 
 
 def test_real_launch_refuses_a_plan_above_the_allocation(tmp_path):
@@ -141,23 +144,46 @@ def test_real_launch_refuses_a_plan_above_the_allocation(tmp_path):
 
 
 def test_local_profile_runs_the_smoke_experiment_end_to_end(tmp_path):
-    paths = [f"results={tmp_path / 'results'}", f"models={tmp_path / 'models'}", f"hf_cache={tmp_path / 'hf'}"]
+    results = tmp_path / "results"
+    paths = [f"results={results}", f"models={tmp_path / 'models'}", f"hf_cache={tmp_path / 'hf'}"]
     result = snakemake("--profile", "profiles/local", "--config", *paths)
     assert result.returncode == 0, result.stderr[-3000:]
-    runs = expand(load_definitions(DEFINITIONS), ["smoke"], tmp_path / "results", {"models": str(tmp_path / "models")})
+    definitions = load_definitions(DEFINITIONS)
+    runs = expand(definitions, ["smoke"], results, {"models": str(tmp_path / "models")})
     for run in runs:
         done = json.loads((run.directory / "done.json").read_text())
         assert done["env_steps"] == run.config.total_steps
         assert (run.directory / "metrics.csv").read_text().count("\n") == 1 + run.config.total_steps // 256 + 1
         attempts = [json.loads(line) for line in (run.directory / "attempts.jsonl").read_text().splitlines()]
         assert attempts[-1]["exit_status"] == 0
+    # The experiment's figures and tables, Figure 4 and the calibration.
+    outputs = expected_outputs("smoke", definitions["experiments"]["smoke"], results)
+    assert all(p.stat().st_size > 0 for p in outputs)
+    assert (results / "figure4.png").exists() and (results / "calibration.yaml").exists()
+    summary = (results / "smoke" / "summary.md").read_text()
+    assert all(variant in summary for variant in ("PPO-GLAM", "SAC-GLAM", "SAC-GLAM+HER"))
+
     again = snakemake("--profile", "profiles/local", "--config", *paths)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
-    # A lost run is launched again, alone: its last checkpoint makes the re-run immediate.
+
+    # A lost run is launched again, alone (its last checkpoint makes that immediate), and its experiment's
+    # figures and tables are made again.
     lost = runs[0].directory
     (lost / "done.json").unlink()
     third = snakemake("--profile", "profiles/local", "--config", *paths)
+    log = third.stdout + third.stderr
     assert third.returncode == 0, third.stderr[-3000:]
-    assert (third.stdout + third.stderr).count("rule train:") == 1
+    assert log.count("rule train:") == 1 and "rule aggregate_smoke:" in log
     assert (lost / "done.json").exists()
-    shutil.rmtree(tmp_path / "results")
+
+    # Figures again from existing metrics, without training; then the HTML report.
+    figure = results / "smoke" / "figure2.png"
+    figure.unlink()
+    regenerated = snakemake("--profile", "profiles/local", "--config", *paths, "--", "figures")
+    assert regenerated.returncode == 0, regenerated.stderr[-3000:]
+    assert figure.exists() and "rule train:" not in regenerated.stdout + regenerated.stderr
+    report = tmp_path / "report.html"
+    made = snakemake("--profile", "profiles/local", "--config", *paths, "--report", str(report))
+    assert made.returncode == 0, made.stderr[-3000:]
+    html = report.read_text()
+    assert html.lstrip().lower().startswith("<!doctype html>") and "figure2.png" in html and "summary.csv" in html

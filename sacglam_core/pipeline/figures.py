@@ -1,0 +1,87 @@
+"""The paper's figures with seaborn: success curves (mean and std across seeds) in each experiment's
+layout, the HER share (Figure 7) and the goal-type distribution (Figure 4)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from sacglam_core.atomic import save_figure  # noqa: E402
+from sacglam_core.envs import GoalType, catalog  # noqa: E402
+from sacglam_core.pipeline.aggregate import Experiment, curves_mean_std  # noqa: E402
+
+X_LABELS = {
+    "env_steps": "environment steps",
+    "wall_hours": "wall-clock time (hours)",
+    "wall_minutes": "wall-clock time (minutes)",
+}
+Y_LABELS = {"eval_success": "success rate", "her_share": "share of HER transitions in the buffer"}
+
+
+def curves_figure(experiment: Experiment, spec: dict, title: str) -> plt.Figure:
+    """Panels side by side: one per (panel, x axis) of `spec` (`panels`: title -> variants, `x`: axes)."""
+    metric = spec.get("y", "eval_success")
+    xs = spec.get("x", ["env_steps"])
+    panels = spec.get("panels") or {"": experiment.variants}
+    unknown = [v for variants in panels.values() for v in variants if v not in experiment.expected]
+    if unknown:
+        raise ValueError(f"{title}: panels name unknown variants {unknown}; variants: {experiment.variants}")
+    columns = [(name, variants, x) for name, variants in panels.items() for x in xs]
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, axes = plt.subplots(1, len(columns), figsize=(5.2 * len(columns), 4), squeeze=False, sharey=True)
+    palette = dict(zip(experiment.variants, sns.color_palette("tab10", len(experiment.variants))))
+    for ax, (name, variants, x) in zip(axes[0], columns):
+        curves = curves_mean_std(experiment, metric, x) if len(experiment.curves) else pd.DataFrame()
+        if x == "wall_hours" and len(curves) and curves["x"].max() < 1:  # short runs read better in minutes
+            curves["x"] *= 60
+            x = "wall_minutes"
+        for variant in variants:
+            mine = curves[curves["variant"] == variant] if len(curves) else curves
+            if mine.empty:
+                continue
+            color = palette[variant]
+            ax.plot(mine["x"], mine["mean"], color=color, label=experiment.label(variant))
+            spread = mine["std"].fillna(0)
+            ax.fill_between(mine["x"], mine["mean"] - spread, mine["mean"] + spread, color=color, alpha=0.2)
+        ax.set_xlabel(X_LABELS[x])
+        ax.set_ylabel(Y_LABELS.get(metric, metric))
+        ax.set_title(name)
+        ax.legend(fontsize=8, loc="best")
+    missing = experiment.missing()
+    note = "" if not missing else "\nmissing seeds: " + "; ".join(f"{v}: {s}" for v, s in missing.items())
+    fig.suptitle(f"{title} ({experiment.name}): mean and std across seeds{note}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def goal_types_figure() -> plt.Figure:
+    """Figure 4: the share of each goal type among the train goals (98% are sequential)."""
+    goals = catalog()
+    counts = Counter(goals.parse(g).type.value for g in goals.goals("train"))
+    table = pd.DataFrame({"goal type": [t.value for t in GoalType], "count": [counts[t.value] for t in GoalType]})
+    table["share (%)"] = 100 * table["count"] / table["count"].sum()
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    sns.barplot(table, x="goal type", y="share (%)", ax=ax, color=sns.color_palette("tab10")[0])
+    for i, row in table.iterrows():
+        ax.text(i, row["share (%)"] + 1, f"{row['count']:,}\n{row['share (%)']:.1f}%", ha="center", fontsize=8)
+    ax.set_ylim(0, 100)
+    ax.set_title(f"Figure 4: goal types among the {table['count'].sum():,} train goals")
+    fig.tight_layout()
+    return fig
+
+
+def write_figure(fig: plt.Figure, stem: Path) -> list[Path]:
+    """PNG and PDF, each written atomically."""
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    for path in paths:
+        save_figure(fig, path)
+    plt.close(fig)
+    return paths

@@ -1,0 +1,156 @@
+"""Aggregation on synthetic metrics files with known values."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sacglam_core.config import dump_config
+from sacglam_core.metrics import COLUMNS
+from sacglam_core.pipeline.aggregate import (
+    MetricsFileError,
+    area_under_curve,
+    curves_mean_std,
+    iqm,
+    load_experiment,
+    per_run,
+    probability_of_improvement,
+    stratified_bootstrap,
+    summary_table,
+)
+from sacglam_core.pipeline.experiments import Run, expand
+from sacglam_core.pipeline.outputs import expected_outputs, write_experiment_results
+from sacglam_core.pipeline.tables import hyperparameters
+
+DEFINITIONS = {
+    "defaults": {"model": {"name_or_path": "tiny"}, "total_steps": 400, "env": {"simplified": True, "n_objects": 3}},
+    "experiments": {
+        "demo": {
+            "seeds": [0, 1, 2],
+            "figures": {"figure2": {"x": ["env_steps", "wall_hours"]}, "figure7": {"y": "her_share"}},
+            "variants": {"PPO": {"algorithm": "ppo"}, "SAC+HER": {"algorithm": "sac", "her": {"enabled": True}}},
+        }
+    },
+}
+STEPS = [0, 100, 200, 300, 400]
+
+
+def write_run(run: Run, success: list[float], finished: bool = True) -> None:
+    run.directory.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i, (step, s) in enumerate(zip(STEPS, success)):
+        row = dict.fromkeys(COLUMNS, "")
+        row |= {"env_steps": step, "wall_seconds": 36.0 * i, "eval_success": s, "eval_success_grasp": s,
+                "eval_success_grow": s / 2, "eval_success_test": s / 4, "her_share": 0.1 * i}  # fmt: skip
+        rows.append(row)
+    pd.DataFrame(rows, columns=COLUMNS).to_csv(run.directory / "metrics.csv", index=False)
+    (run.directory / "config.yaml").write_text(dump_config(run.config))  # as the trainer writes it
+    if finished:
+        (run.directory / "done.json").write_text(json.dumps({"env_steps": 400, "wall_seconds": 144.0, "gpus": 4}))
+
+
+@pytest.fixture
+def experiment_dir(tmp_path):
+    runs = expand(DEFINITIONS, ["demo"], tmp_path)
+    curves = {  # SAC+HER: seeds 0, 1, 2 with known curves; PPO: seed 2 missing (unfinished)
+        ("SAC+HER", 0): [0.0, 0.25, 0.5, 0.75, 1.0],
+        ("SAC+HER", 1): [0.0, 0.5, 0.5, 1.0, 1.0],
+        ("SAC+HER", 2): [0.0, 0.0, 0.25, 0.5, 0.75],
+        ("PPO", 0): [0.0, 0.1, 0.2, 0.3, 0.4],
+        ("PPO", 1): [0.0, 0.2, 0.4, 0.6, 0.8],
+        ("PPO", 2): [0.0, 0.9, 0.9, 0.9, 0.9],
+    }
+    for run in runs:
+        write_run(run, curves[(run.variant, run.seed)], finished=(run.variant, run.seed) != ("PPO", 2))
+    return tmp_path, runs
+
+
+def test_curves_mean_and_std_across_seeds(experiment_dir):
+    _, runs = experiment_dir
+    experiment = load_experiment("demo", runs)
+    curves = curves_mean_std(experiment).set_index(["variant", "env_steps"])
+    assert curves.loc[("SAC+HER", 100), "mean"] == pytest.approx(0.25)
+    assert curves.loc[("SAC+HER", 100), "std"] == pytest.approx(np.std([0.25, 0.5, 0.0], ddof=1))
+    assert curves.loc[("PPO", 400), "mean"] == pytest.approx(0.6)  # the unfinished seed 2 is left out
+    assert curves.loc[("PPO", 400), "seeds"] == 2
+    hours = curves_mean_std(experiment, x="wall_hours").set_index(["variant", "env_steps"])
+    assert hours.loc[("PPO", 200), "x"] == pytest.approx(72 / 3600)
+
+
+def test_auc_and_steps_to_threshold():
+    assert area_under_curve(np.array(STEPS, float), np.array([0.0, 0.25, 0.5, 0.75, 1.0])) == pytest.approx(0.5)
+    assert area_under_curve(np.array(STEPS, float), np.ones(5)) == pytest.approx(1.0)
+
+
+def test_summary_table_values_and_missing_seeds(experiment_dir):
+    _, runs = experiment_dir
+    experiment = load_experiment("demo", runs)
+    assert experiment.missing() == {"PPO": [2]}
+    assert experiment.label("PPO") == "PPO (n=2/3)"
+    summary = summary_table(experiment).set_index("variant")
+    sac = summary.loc["SAC+HER"]
+    assert sac["seeds"] == "3/3"
+    assert sac["final_success_mean"] == pytest.approx(np.mean([1.0, 1.0, 0.75]))
+    assert sac["final_success_std"] == pytest.approx(np.std([1.0, 1.0, 0.75], ddof=1))
+    # trapezoids of width 100 over 400 steps: (0.125 + 0.375 + 0.625 + 0.875) / 4, and so on
+    aucs = [0.5, (0.25 + 0.5 + 0.75 + 1.0) / 4, (0.0 + 0.125 + 0.375 + 0.625) / 4]
+    assert sac["auc_mean"] == pytest.approx(np.mean(aucs))
+    # steps to 50%: 200, 100, 300 ; to 80%: 400, 300, never
+    assert sac["steps_to_50_mean"] == pytest.approx(200) and sac["steps_to_50_reached"] == "3/3"
+    assert sac["steps_to_80_mean"] == pytest.approx(350) and sac["steps_to_80_reached"] == "2/3"
+    assert sac["success_grow_mean"] == pytest.approx(np.mean([0.5, 0.5, 0.375]))
+    assert sac["test_success_mean"] == pytest.approx(np.mean([0.25, 0.25, 0.1875]))
+    assert sac["env_steps_per_s_mean"] == pytest.approx(400 / 144)
+    assert sac["gpu_hours_mean"] == pytest.approx(4 * 144 / 3600)
+    assert summary.loc["PPO", "seeds"] == "2/3"
+
+
+def test_iqm_and_probability_of_improvement():
+    scores = np.arange(8, dtype=float).reshape(4, 2)  # 8 run x task scores: 0..7
+    assert iqm(scores) == pytest.approx(np.mean([2, 3, 4, 5]))  # the middle half
+    better, worse = np.ones((5, 2)), np.zeros((5, 2))
+    assert probability_of_improvement(better, worse) == 1.0
+    assert probability_of_improvement(worse, better) == 0.0
+    assert probability_of_improvement(better, better) == 0.5
+    mixed = np.array([[1.0], [0.0]])
+    assert probability_of_improvement(mixed, np.array([[0.5], [0.5]])) == 0.5
+    low, high = stratified_bootstrap(iqm, np.random.default_rng(0).normal(size=(50, 2)))
+    assert low < 0 < high and high - low < 1
+
+
+def test_malformed_metrics_file_names_the_file(experiment_dir):
+    _, runs = experiment_dir
+    bad = runs[0].directory / "metrics.csv"
+    bad.write_text("env_steps,eval_success\n0,0.1\n")
+    with pytest.raises(MetricsFileError, match=f"metrics file {bad} lacks the columns \\['wall_seconds'\\]"):
+        load_experiment("demo", runs)
+    bad.write_text("env_steps,wall_seconds,eval_success\n0,0,zero\n")
+    with pytest.raises(MetricsFileError, match=f"metrics file {bad} has non-numeric"):
+        load_experiment("demo", runs)
+    bad.write_bytes(b"\x00\x01garbage")
+    with pytest.raises(MetricsFileError, match=str(bad)):
+        load_experiment("demo", runs)
+
+
+def test_hyperparameter_tables_come_from_the_configs(experiment_dir):
+    _, runs = experiment_dir
+    table = hyperparameters(load_experiment("demo", runs))
+    sac = table[table["table"] == "Table 3: SAC-GLAM+HER"].set_index("parameter")["SAC+HER"]
+    assert sac["Update frequency"] == 32 and sac["n-step"] == 3 and sac["Replay buffer capacity"] == 100000
+    assert sac["Entropy coefficient"] == "auto"
+    assert sac["HER batch sampling"] == "ratio" and sac["HER share per batch"] == 0.5
+    ppo = table[table["table"] == "Table 1: PPO-GLAM"].set_index("parameter")["PPO"]
+    assert ppo["Number of transitions collected between two updates"] == 2048 and ppo["Clipping parameter ε"] == 0.2
+    assert not (table["table"] == "Table 2: SAC-GLAM").any()
+
+
+def test_every_output_is_written_and_says_what_is_missing(experiment_dir):
+    results, runs = experiment_dir
+    paths = write_experiment_results("demo", DEFINITIONS["experiments"]["demo"], runs, results)
+    assert sorted(paths) == sorted(expected_outputs("demo", DEFINITIONS["experiments"]["demo"], results))
+    assert all(p.stat().st_size > 0 for p in paths)
+    assert "Missing seeds: PPO: [2]" in (results / "demo" / "summary.md").read_text()
+    per_seed = per_run(load_experiment("demo", runs))
+    assert len(per_seed) == 5 and not math.isnan(per_seed["auc"].iloc[0])
