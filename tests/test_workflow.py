@@ -145,7 +145,7 @@ def test_real_launch_refuses_a_plan_above_the_allocation(tmp_path):
 
 def test_local_profile_runs_the_smoke_experiment_end_to_end(tmp_path):
     results = tmp_path / "results"
-    paths = [f"results={results}", f"models={tmp_path / 'models'}", f"hf_cache={tmp_path / 'hf'}"]
+    paths = ["experiments=[smoke]", f"results={results}", f"models={tmp_path / 'models'}", f"hf_cache={tmp_path / 'hf'}"]
     result = snakemake("--profile", "profiles/local", "--config", *paths)
     assert result.returncode == 0, result.stderr[-3000:]
     definitions = load_definitions(DEFINITIONS)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -58,14 +60,13 @@ class CandidateBatch:
 
 def pad_rows(rows: list[list[int]], value: int, left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Pad token lists to one width; returns ids and the attention mask."""
-    width = max(map(len, rows))
-    ids = torch.full((len(rows), width), value, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        span = slice(width - len(row), width) if left else slice(0, len(row))
-        ids[i, span] = torch.tensor(row, dtype=torch.long)
-        mask[i, span] = 1
-    return ids, mask
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    width = int(lengths.max())
+    columns = np.arange(width)[None, :]
+    mask = columns >= (width - lengths)[:, None] if left else columns < lengths[:, None]
+    ids = np.full((len(rows), width), value, dtype=np.int64)
+    ids[mask] = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+    return torch.from_numpy(ids), torch.from_numpy(mask.astype(np.int64))
 
 
 def collate(
