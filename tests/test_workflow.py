@@ -1,6 +1,7 @@
 """The workflow: experiments expanded into runs, the GPU-hour budget, dry runs and the local profile."""
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import yaml
 
 from sacglam_core.pipeline.budget import BudgetExceededError, check_allocation, load_calibration, plan, total
 from sacglam_core.pipeline.config import parse_workflow_config
-from sacglam_core.pipeline.experiments import ExperimentError, expand, load_definitions
+from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load_definitions
 from sacglam_core.pipeline.outputs import expected_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,7 +146,12 @@ def test_real_launch_refuses_a_plan_above_the_allocation(tmp_path):
 
 def test_local_profile_runs_the_smoke_experiment_end_to_end(tmp_path):
     results = tmp_path / "results"
-    paths = ["experiments=[smoke]", f"results={results}", f"models={tmp_path / 'models'}", f"hf_cache={tmp_path / 'hf'}"]
+    paths = [
+        "experiments=[smoke]",
+        f"results={results}",
+        f"models={tmp_path / 'models'}",
+        f"hf_cache={tmp_path / 'hf'}",
+    ]
     result = snakemake("--profile", "profiles/local", "--config", *paths)
     assert result.returncode == 0, result.stderr[-3000:]
     definitions = load_definitions(DEFINITIONS)
@@ -187,3 +193,17 @@ def test_local_profile_runs_the_smoke_experiment_end_to_end(tmp_path):
     assert made.returncode == 0, made.stderr[-3000:]
     html = report.read_text()
     assert html.lstrip().lower().startswith("<!doctype html>") and "figure2.png" in html and "summary.csv" in html
+
+
+def test_cpu_runs_are_budgeted_from_measured_cpu_runs(tmp_path, definitions):
+    table = ROOT / "workflow" / "config" / "calibration.yaml"
+    runs = expand(definitions, ["smoke"], tmp_path, {"models": "resources/models"})
+    (line, *_) = plan(runs[:1], 0, "ignored", load_calibration(table, tmp_path))
+    assert math.isnan(line.hours) and line.source == "not measured yet" and line.gpu_hours == 0
+    done = runs[0]
+    done.directory.mkdir(parents=True)
+    (done.directory / "config.yaml").write_text(yaml.safe_dump(done.settings))
+    (done.directory / "done.json").write_text(json.dumps({"env_steps": 1024, "wall_seconds": 360, "gpus": 0}))
+    twin = Run(done.experiment, done.variant, 1, tmp_path / "other", {**done.settings, "seed": 1})
+    (line,) = plan([twin], 0, "ignored", load_calibration(table, tmp_path))
+    assert line.source == "measured" and line.hours == pytest.approx(0.1)  # 1024 steps in 6 minutes

@@ -3,12 +3,14 @@
 The table gives training throughput in environment steps per GPU-hour. It is seeded from the paper
 (Appendix C: 400,000 steps take 80 GPU-hours per seed on V100 32GB) in `workflow/config/calibration.yaml`
 and updated from finished runs: every `done.json` records steps, wall time and GPUs, and the measured
-median per key (algorithm, model, environment, GPU) replaces the seeded figure.
+median per key (algorithm, model, environment, GPU) replaces the seeded figure. Runs without GPUs (the
+local profile) are calibrated in steps per hour of one run, under the GPU name "cpu".
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
@@ -41,6 +43,8 @@ class Calibration:
             return self.measured[key], "measured"
         if key in self.seeded:
             return self.seeded[key], "table"
+        if key.endswith("|cpu"):
+            return float("nan"), "not measured yet"
         return self.default, "paper"
 
 
@@ -54,9 +58,9 @@ def load_calibration(table: str | Path, results: str | Path) -> Calibration:
         except (OSError, ValueError, TypeError):
             continue  # an unreadable or foreign run does not calibrate anything
         gpus = summary.get("gpus", 0)
-        if gpus and summary.get("wall_seconds", 0) > 0:
-            rate = summary["env_steps"] / (summary["wall_seconds"] / 3600 * gpus)
-            samples[calibration_key(config, summary.get("gpu_name", "gpu"))].append(rate)
+        if summary.get("wall_seconds", 0) > 0:
+            rate = summary["env_steps"] / (summary["wall_seconds"] / 3600 * max(gpus, 1))
+            samples[calibration_key(config, summary.get("gpu_name") if gpus else "cpu")].append(rate)
     measured = {k: statistics.median(v) for k, v in samples.items()}
     return Calibration(float(seeded.get("default_steps_per_gpu_hour", 5000)), dict(seeded.get("keys") or {}), measured)
 
@@ -72,11 +76,12 @@ class Line:
 
     @property
     def gpu_hours(self) -> float:
-        return self.runs * self.gpus * self.hours
+        return self.runs * self.gpus * self.hours if self.gpus else 0.0
 
 
 def plan(runs: list[Run], gpus_per_run: int, gpu_name: str, calibration: Calibration) -> list[Line]:
     """Budget lines for the runs that are not finished yet, one per (experiment, variant)."""
+    gpu_name = gpu_name if gpus_per_run else "cpu"
     lines: dict[tuple[str, str], Line] = {}
     for run in runs:
         if (run.directory / "done.json").exists():
@@ -100,12 +105,16 @@ def report(lines: list[Line], finished: int, limit: float | None) -> str:
     out.append(f"  {'experiment':<22}{'variant':<40}{'runs':>5} x {'GPUs':>4} x {'hours':>7} = {'GPU-h':>9}  estimate")
     for line in sorted(lines, key=lambda x: (x.experiment, x.variant)):
         out.append(
-            f"  {line.experiment:<22}{line.variant[:39]:<40}{line.runs:>5} x {line.gpus:>4} x {line.hours:>7.1f} = "
+            f"  {line.experiment:<22}{line.variant[:39]:<40}{line.runs:>5} x {line.gpus:>4} x {_hours(line.hours)} = "
             f"{line.gpu_hours:>9.1f}  {line.source}"
         )
     allocation = "no allocation limit set" if limit is None else f"allocation limit {limit:,.0f} GPU-h"
     out.append(f"  total: {sum(x.runs for x in lines)} runs, {total(lines):,.1f} GPU-hours ({allocation})")
     return "\n".join(out)
+
+
+def _hours(hours: float) -> str:
+    return f"{hours:>7.1f}" if math.isfinite(hours) else f"{'?':>7}"
 
 
 def check_allocation(lines: list[Line], limit: float | None) -> None:
