@@ -20,7 +20,8 @@ from sacglam_core.pipeline.aggregate import (
     stratified_bootstrap,
     summary_table,
 )
-from sacglam_core.pipeline.experiments import Run, expand
+from sacglam_core.pipeline.claims import check
+from sacglam_core.pipeline.experiments import ExperimentError, Run, expand
 from sacglam_core.pipeline.outputs import expected_outputs, write_experiment_results
 from sacglam_core.pipeline.tables import hyperparameters
 
@@ -154,3 +155,25 @@ def test_every_output_is_written_and_says_what_is_missing(experiment_dir):
     assert "Missing seeds: PPO: [2]" in (results / "demo" / "summary.md").read_text()
     per_seed = per_run(load_experiment("demo", runs))
     assert len(per_seed) == 5 and not math.isnan(per_seed["auc"].iloc[0])
+
+
+def test_claims_hold_or_fail_on_known_curves(experiment_dir):
+    _, runs = experiment_dir
+    experiment = load_experiment("demo", runs)
+    ppo, sac = check(experiment, {"learns": ["PPO", "SAC+HER"], "margin": 0.2}, 0.5)
+    assert not ppo.holds and "0.600" in ppo.evidence  # final 0.6 is not above 0.5 + 0.2
+    assert sac.holds and "0.917" in sac.evidence
+    (order,) = check(experiment, {"order": ["SAC+HER", "PPO"]}, 0.5)
+    # AUCs: SAC+HER 0.5, 0.625, 0.28125 (mean 0.46875); PPO 0.2, 0.4; 5 of the 6 pairs favour SAC+HER.
+    assert order.holds and "0.469" in order.evidence and "P(better) = 0.83" in order.evidence
+    (reversed_order,) = check(experiment, {"order": ["PPO", "SAC+HER"]}, 0.5)
+    assert not reversed_order.holds
+
+
+def test_claims_reject_unknown_variants_and_keys(experiment_dir):
+    _, runs = experiment_dir
+    experiment = load_experiment("demo", runs)
+    with pytest.raises(ExperimentError, match="unknown variants \\['DQN'\\]"):
+        check(experiment, {"order": ["DQN", "PPO"]}, 0.5)
+    with pytest.raises(ExperimentError, match="unknown keys \\['ordr'\\]"):
+        check(experiment, {"ordr": ["SAC+HER", "PPO"]}, 0.5)

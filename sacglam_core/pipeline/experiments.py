@@ -20,7 +20,7 @@ import yaml
 
 from sacglam_core.config import ConfigError, RunConfig, parse_config
 
-EXPERIMENT_KEYS = {"figures", "seeds", "settings", "variants", "grid"}
+EXPERIMENT_KEYS = {"claims", "figures", "seeds", "settings", "variants", "grid"}
 
 
 class ExperimentError(ValueError):
