@@ -25,7 +25,10 @@ VARIANTS = {
 }
 
 
-def measure(name: str, settings: dict, model: dict, steps: int, simplified: bool, out: Path) -> tuple[float, float]:
+def measure(
+    name: str, settings: dict, model: dict, steps: int, simplified: bool, out: Path
+) -> tuple[float, float, int]:
+    """Environment steps/s, wall seconds and gradient updates of one short run."""
     raw = {
         **settings,
         "model": model,
@@ -40,7 +43,7 @@ def measure(name: str, settings: dict, model: dict, steps: int, simplified: bool
     wall = time.perf_counter() - start
     with (out / name / "metrics.csv").open() as f:
         last = list(csv.DictReader(f))[-1]
-    return float(last["env_steps_per_s"]), wall
+    return float(last["env_steps_per_s"]), wall, int(float(last["updates"] or 0))
 
 
 def main() -> None:
@@ -57,8 +60,9 @@ def main() -> None:
     print(f"training throughput: {args.model}, {args.device}, {args.dtype}, {env} environment, 32 environments")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only or VARIANTS:
-            rate, wall = measure(name, VARIANTS[name], model, args.steps, args.simplified, Path(tmp))
-            print(f"  {name:<14}{rate:>9.1f} env steps/s   (run: {wall:.0f} s wall)", flush=True)
+            rate, wall, updates = measure(name, VARIANTS[name], model, args.steps, args.simplified, Path(tmp))
+            # SAC updates start once finished episodes fill a batch: too few steps measure acting alone.
+            print(f"  {name:<14}{rate:>9.1f} env steps/s   ({updates} updates, {wall:.0f} s wall)", flush=True)
 
 
 if __name__ == "__main__":
