@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sacglam_core.config import dump_config, parse_config
+from sacglam_core.config import RunConfig, parse_config
 from sacglam_core.envs import GoalType
 from sacglam_core.evaluation import metric_name
 from sacglam_core.pipeline.experiments import Run
@@ -54,7 +54,7 @@ class Experiment:
     curves: pd.DataFrame  # variant, seed, env_steps, wall_hours, metrics...
     summaries: dict[tuple[str, int], dict]  # (variant, seed) -> done.json
     expected: dict[str, list[int]]  # variant -> seeds
-    configs: dict[str, dict]  # variant -> the configuration a run used
+    configs: dict[str, RunConfig]  # variant -> the configuration a run used
 
     @property
     def variants(self) -> list[str]:
@@ -90,7 +90,7 @@ def load_experiment(name: str, runs: list[Run]) -> Experiment:
         used = run.config
         if config_file.exists():
             used = parse_config(yaml.safe_load(config_file.read_text()), str(config_file))
-        configs.setdefault(run.variant, yaml.safe_load(dump_config(used)))  # every setting, defaults included
+        configs.setdefault(run.variant, used)
     empty = pd.DataFrame(columns=["variant", "seed", *REQUIRED_COLUMNS])
     curves = pd.concat(frames, ignore_index=True) if frames else empty
     return Experiment(name, curves, summaries, expected, configs)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from sacglam_core.atomic import write_text
-from sacglam_core.envs import GoalType
-from sacglam_core.pipeline.aggregate import Experiment, robust_table, summary_table
+from sacglam_core.config import RunConfig
+from sacglam_core.pipeline.aggregate import GOAL_TYPE_COLUMNS, Experiment, robust_table, summary_table
 
 PPO_TABLE = [  # paper Table 1: (row, config path)
     ("Number of transitions collected between two updates", "ppo.rollout_steps"),
@@ -43,7 +43,7 @@ SAC_TABLE = [  # paper Tables 2 and 3
     ("Critic input", "sac.critic.input"),
     ("Critic weights", "sac.critic.weights"),
 ]
-HER_ROWS = [("HER", "her.enabled"), ("HER batch sampling", "her.strategy"), ("HER share per batch", "her.ratio")]
+HER_ROWS = [("HER", "her.enabled"), ("HER batch sampling", "her.sampling"), ("HER share per batch", "her.her_fraction")]
 COMMON_ROWS = [
     ("Model", "model.name_or_path"),
     ("LoRA rank", "model.lora.r"),
@@ -56,29 +56,27 @@ COMMON_ROWS = [
 ]
 
 
-def _get(config: dict, path: str | None):
+def _get(config: RunConfig, path: str | None):
+    """A setting by dotted path, as the trainer resolves it (HER's defaults are HERConfig's properties)."""
     if path is None:
         return "Adam"
     value = config
     for key in path.split("."):
-        if not isinstance(value, dict) or key not in value:
+        value = getattr(value, key, None)
+        if value is None:
             return ""
-        value = value[key]
     if path == "sac.autotune_alpha":
         return "auto" if value else "fixed"
-    if path == "her.strategy" and config.get("her", {}).get("enabled"):
-        return value or "ratio"  # the defaults the trainer applies (paper, Appendix E)
-    her = config.get("her", {})
-    if path == "her.ratio" and her.get("enabled") and her.get("strategy") in (None, "ratio", "prior_ratio"):
-        return 0.5 if value is None else value
-    return "" if value is None else value
+    if path == "her.her_fraction" and config.her.sampling not in ("ratio", "prior_ratio"):
+        return ""  # the share only applies to the ratio strategies
+    return value
 
 
 def hyperparameters(experiment: Experiment) -> pd.DataFrame:
     """Tables 1 (PPO-GLAM), 2 (SAC-GLAM) and 3 (SAC-GLAM+HER) for this experiment's variants."""
 
-    def kind(config: dict) -> str:
-        return "ppo" if config["algorithm"] == "ppo" else ("sac_her" if config["her"]["enabled"] else "sac")
+    def kind(config: RunConfig) -> str:
+        return "ppo" if config.algorithm == "ppo" else ("sac_her" if config.her.enabled else "sac")
 
     tables = [
         ("Table 1: PPO-GLAM", "ppo", PPO_TABLE + HER_ROWS[:1]),
@@ -112,8 +110,8 @@ def summary_markdown(summary: pd.DataFrame) -> pd.DataFrame:
     for t in (50, 80):
         cols = summary[f"steps_to_{t}_mean"], summary[f"steps_to_{t}_std"], summary[f"steps_to_{t}_reached"]
         out[f"steps to {t}%"] = [_steps(m, s, r) for m, s, r in zip(*cols)]
-    for goal_type in GoalType:
-        column = "success_" + goal_type.value.replace(" ", "_")
+    for goal_type, metric in GOAL_TYPE_COLUMNS.items():
+        column = metric.removeprefix("eval_")
         if summary[f"{column}_mean"].notna().any():
             out[goal_type.value] = [_pm(m, s) for m, s in zip(summary[f"{column}_mean"], summary[f"{column}_std"])]
     out["test split"] = [_pm(m, s) for m, s in zip(summary["test_success_mean"], summary["test_success_std"])]
