@@ -6,249 +6,22 @@ environments with its own copy of the LLM and gradients are averaged (see distri
 The run writes into `output_dir`: `config.yaml`, `metrics.csv` (one row per evaluation),
 `checkpoints/` and, when finished, `done.json`. Started again on the same folder it resumes from the
 newest good checkpoint and gives the same numbers as an uninterrupted run. SIGTERM or SIGUSR2 (SLURM's
-time limit or preemption) make it checkpoint and exit with status 75, meaning "requeue me".
+time limit or preemption) and SIGINT (Ctrl-C) make it checkpoint and exit with status 75, meaning
+"requeue me".
 """
 
-from __future__ import annotations
-
+# Only light imports here: the signal handlers go in before torch and transformers load (seconds), so
+# that a time-limit or preemption signal during start-up still ends in a checkpoint and status 75.
 import argparse
-import dataclasses
-import json
 import signal
 import sys
 import threading
-import time
-from pathlib import Path
-
-import torch
-from tqdm import tqdm
-
-from sacglam_core import EXIT_PREEMPTED
-from sacglam_core.agent import AgentConfig, GlamAgent
-from sacglam_core.algos.ppo import PPO
-from sacglam_core.algos.sac import SAC
-from sacglam_core.atomic import atomic_write
-from sacglam_core.checkpoint import Checkpointer, CheckpointError
-from sacglam_core.config import ConfigError, RunConfig, dump_config, load_config
-from sacglam_core.distributed import init_ranks, resolve_device, shutdown
-from sacglam_core.envs import VectorPlayground
-from sacglam_core.envs.playground import ACTION_VOCABULARY
-from sacglam_core.evaluation import agent_policy, evaluate, goal_type_prior
-from sacglam_core.metrics import MetricsFile
-from sacglam_core.models.loading import ModelNotFoundError
-from sacglam_core.trajectories import EpisodeRecorder
-
-
-class Trainer:
-    def __init__(self, config: RunConfig) -> None:
-        self.config = config
-        self.ranks = ranks = init_ranks()
-        if config.num_envs % ranks.world:
-            raise ConfigError(f"num_envs={config.num_envs} cannot be split evenly over {ranks.world} processes")
-        if config.threads:
-            torch.set_num_threads(config.threads)
-        torch.set_flush_denormal(True)  # denormals make CPU backward passes several times slower
-        self.out = Path(config.output_dir)
-        model = dataclasses.replace(config.model, device=resolve_device(config.model.device, ranks))
-        torch.manual_seed(config.seed)  # the same initial heads on every rank
-        sac = config.algorithm == "sac"
-        agent_config = AgentConfig(model, critic=config.sac.critic if sac else None, value_head=not sac)
-        self.agent = GlamAgent.from_config(agent_config, ACTION_VOCABULARY)
-        self.envs = VectorPlayground(config.num_envs // ranks.world, config.env, seed=config.seed * 1000 + ranks.rank)
-        self.algo = (
-            SAC(self.agent, config, ranks, goal_type_prior(config.env)) if sac else PPO(self.agent, config, ranks)
-        )
-        self.recorder = EpisodeRecorder(self.agent.tokens)
-        self.generator = torch.Generator().manual_seed(config.seed * 1000 + ranks.rank + 1)
-        self.metrics = MetricsFile(self.out / "metrics.csv")
-        self.checkpoints = Checkpointer(self.out / "checkpoints", config.checkpoint.keep, ranks)
-        self.action_tokens = [self.agent.tokens.action(a) for a in ACTION_VOCABULARY]
-        self.env_steps = self.episodes = self.eval_rounds = 0
-        self.window = [0, 0]  # training episodes finished and succeeded since the last metrics row
-        self.elapsed = 0.0
-        self.last_row = (0.0, 0, 0)  # wall seconds, env steps, updates at the last metrics row
-        self._last_success = float("nan")
-
-    # -- the loop --------------------------------------------------------------------------------
-    def run(self, stop_at_steps: int | None = None) -> int:
-        if (self.out / "done.json").exists():
-            print(f"{self.out}: already finished (done.json exists)", file=sys.stderr)
-            return 0
-        obs, infos = self.envs.reset()
-        if not self._resume():
-            self.recorder.reset(infos["goal"], obs, infos["possible_actions"])
-            if self.ranks.is_main:
-                self.out.mkdir(parents=True, exist_ok=True)
-                atomic_write(self.out / "config.yaml", dump_config(self.config).encode())
-                self.metrics.truncate(0)
-            self._log_row()  # the untrained agent's success rates at step 0
-        started = time.perf_counter() - self.elapsed
-        total = self.config.total_steps
-        bar = tqdm(
-            total=total,
-            initial=self.env_steps,
-            unit="step",
-            disable=not self.ranks.is_main,
-            mininterval=1 if sys.stderr.isatty() else 30,
-        )
-        while self.env_steps < total:
-            candidates = self.recorder.candidates()
-            batch = self.agent.batch_from_ids(
-                self.recorder.prompts(),
-                [[self.action_tokens[a] for a in c] for c in candidates],
-                [c.tolist() for c in candidates],
-            )
-            choices, extras = self.algo.act(batch, self.generator)
-            obs, rewards, terminated, truncated, infos = self.envs.step(
-                [ACTION_VOCABULARY[c[k]] for c, k in zip(candidates, choices)]
-            )
-            for episode in self.recorder.step(choices, rewards, terminated, truncated, obs, infos, extras):
-                self.algo.add(episode)
-                self.window[0] += 1
-                self.window[1] += int(episode.terminated)
-            self.env_steps += self.config.num_envs
-            bar.update(self.config.num_envs)
-            updates_before = self.algo.updates
-            if self.algo.update_due(self.env_steps):
-                self.algo.update(self.recorder, self.env_steps)
-            self.elapsed = time.perf_counter() - started
-            if self.env_steps % self.config.eval.every_steps < self.config.num_envs or self.env_steps >= total:
-                self._log_row()
-                bar.set_postfix(success=f"{self._last_success:.3f}", refresh=False)
-            every = self.config.checkpoint.every_updates
-            if self.algo.updates // every > updates_before // every:
-                self._save()
-            if self._should_stop(stop_at_steps) and self.env_steps < total:
-                self._save()
-                bar.close()
-                print(f"{self.out}: checkpointed at {self.env_steps} steps; run again to resume", file=sys.stderr)
-                return EXIT_PREEMPTED
-        bar.close()
-        self._save()
-        checksums = self._check_in_sync()
-        if self.ranks.is_main:
-            summary = {"env_steps": self.env_steps, "wall_seconds": self.elapsed, "eval_success": self._last_success,
-                       "world": self.ranks.world, "weight_checksums": checksums, **self._hardware(),
-                       "fingerprint": self.config.fingerprint}  # fmt: skip
-            atomic_write(self.out / "done.json", json.dumps(summary, indent=1).encode())
-        return 0
-
-    def _hardware(self) -> dict:
-        """GPUs used (for the GPU-hour calibration of the workflow's budget)."""
-        device = self.agent.lm.device
-        if device.type != "cuda":
-            return {"gpus": 0, "gpu_name": None}
-        return {"gpus": self.ranks.world, "gpu_name": torch.cuda.get_device_name(device)}
-
-    def _should_stop(self, stop_at_steps: int | None) -> bool:
-        return self.ranks.any(STOP.is_set() or (stop_at_steps is not None and self.env_steps >= stop_at_steps))
-
-    # -- metrics ---------------------------------------------------------------------------------
-    def _log_row(self) -> None:
-        metrics = evaluate(agent_policy(self.agent, self.config, self.eval_rounds), self.config, self.ranks)
-        self.eval_rounds += 1
-        episodes, successes = self.ranks.sum([float(self.window[0]), float(self.window[1])])
-        self.episodes += int(episodes)
-        self.window = [0, 0]
-        stats = self.algo.pop_stats()
-        seconds, steps, updates = self.last_row
-        span = max(self.elapsed - seconds, 1e-9)
-        row = {
-            "env_steps": self.env_steps,
-            "wall_seconds": self.elapsed,
-            "episodes": self.episodes,
-            "train_success": successes / episodes if episodes else float("nan"),
-            **metrics,
-            **stats,
-            "updates_per_s": (self.algo.updates - updates) / span,
-            "env_steps_per_s": (self.env_steps - steps) / span,
-        }
-        self.last_row = (self.elapsed, self.env_steps, self.algo.updates)
-        self._last_success = metrics["eval_success"]
-        if self.ranks.is_main:
-            self.metrics.append(row)
-
-    # -- checkpoint and resume -------------------------------------------------------------------
-    def _check_in_sync(self) -> list[float]:
-        """Every rank's checksum of the trained weights; they must agree (gradients are averaged)."""
-        with torch.no_grad():
-            checksum = sum(
-                float(v.double().sum()) for v in self.agent.mutable_state_dict().values() if v.is_floating_point()
-            )
-        checksums = self.ranks.gather(checksum)
-        if len(set(checksums)) > 1:
-            raise RuntimeError(f"data-parallel ranks are out of sync: weight checksums {checksums}")
-        return checksums
-
-    def _save(self) -> None:
-        self._check_in_sync()
-        shared = {
-            "fingerprint": self.config.fingerprint,
-            "agent": self.agent.mutable_state_dict(),
-            "algo": self.algo.state_dict(),
-            "counters": {
-                "env_steps": self.env_steps,
-                "episodes": self.episodes,
-                "eval_rounds": self.eval_rounds,
-                "metrics_rows": self.metrics.rows,
-                "elapsed": self.elapsed,
-                "last_row": list(self.last_row),
-                "last_success": self._last_success,
-            },  # fmt: skip
-        }
-        local = {
-            "envs": self.envs.state_dict(),
-            "recorder": self.recorder.state_dict(),
-            "algo": self.algo.local_state_dict(),
-            "generator": self.generator.get_state(),
-            "torch_rng": torch.get_rng_state(),
-            "window": list(self.window),
-        }
-        self.checkpoints.save(self.env_steps, shared, local)
-
-    def _resume(self) -> bool:
-        loaded = self.checkpoints.load_latest()
-        if loaded is None:
-            return False
-        shared, local = loaded
-        if shared["fingerprint"] != self.config.fingerprint:
-            raise CheckpointError(
-                f"the checkpoints in {self.checkpoints.directory} belong to another configuration "
-                f"(fingerprint {shared['fingerprint']}, this run {self.config.fingerprint}); use a new output_dir"
-            )
-        self.agent.load_mutable_state_dict(shared["agent"])
-        self.algo.load_state_dict(shared["algo"])
-        counters = shared["counters"]
-        self.env_steps, self.episodes, self.eval_rounds = (
-            counters["env_steps"],
-            counters["episodes"],
-            counters["eval_rounds"],
-        )
-        self.elapsed, self.last_row, self._last_success = (
-            counters["elapsed"],
-            tuple(counters["last_row"]),
-            counters["last_success"],
-        )
-        self.envs.load_state_dict(local["envs"])
-        self.recorder.load_state_dict(local["recorder"])
-        self.algo.load_local_state_dict(local["algo"])
-        self.generator.set_state(local["generator"])
-        torch.set_rng_state(local["torch_rng"])
-        self.window = list(local["window"])
-        if self.ranks.is_main:
-            self.metrics.truncate(counters["metrics_rows"])
-        self.metrics.rows = counters["metrics_rows"]
-        print(f"{self.out}: resumed at {self.env_steps} environment steps", file=sys.stderr)
-        return True
-
-
-STOP = threading.Event()  # set by SIGTERM/SIGUSR2: checkpoint at the next step and exit with EXIT_PREEMPTED
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Installed first: a time-limit signal during start-up must not kill the process.
-    for sig in (signal.SIGTERM, signal.SIGUSR2):
-        signal.signal(sig, lambda signum, frame: STOP.set())
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: stop.set())
     parser = argparse.ArgumentParser(
         prog="python -m sacglam_core.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -258,9 +31,16 @@ def main(argv: list[str] | None = None) -> int:
         "--stop-at-steps", type=int, help="checkpoint and stop (as if preempted) after this many environment steps"
     )
     args = parser.parse_args(argv)
+
+    from sacglam_core.checkpoint import CheckpointError
+    from sacglam_core.config import ConfigError, load_config
+    from sacglam_core.distributed import shutdown
+    from sacglam_core.models.loading import ModelNotFoundError
+    from sacglam_core.trainer import Trainer
+
     try:
         config = load_config(args.config, {"output_dir": args.output_dir} if args.output_dir else None)
-        return Trainer(config).run(stop_at_steps=args.stop_at_steps)
+        return Trainer(config).run(stop_at_steps=args.stop_at_steps, stop=stop)
     except (ConfigError, CheckpointError, ModelNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

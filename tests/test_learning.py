@@ -7,7 +7,7 @@ import pytest
 from sacglam_core.config import parse_config
 from sacglam_core.distributed import Ranks
 from sacglam_core.evaluation import evaluate, random_policy
-from sacglam_core.train import Trainer
+from sacglam_core.trainer import Trainer
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sacglam_core.config import parse_config
 from sacglam_core.pipeline.experiments import expand, load_definitions
-from sacglam_core.train import Trainer
+from sacglam_core.trainer import Trainer
 
 MODEL = "model (torch, transformers, peft)"
 MODEL_SIDE = (
@@ -109,7 +109,7 @@ def main() -> None:
         "environment step (vector of environments)": ("sacglam_core/envs/vector.py", "step"),
         "episode recording": ("sacglam_core/trajectories.py", "step"),
         "evaluation": ("sacglam_core/evaluation.py", "evaluate"),
-        "checkpoints": ("sacglam_core/train.py", "_save"),
+        "checkpoints": ("sacglam_core/trainer.py", "_save"),
     }
     for label, (where, function) in phases.items():
         seconds = sum(row[3] for (f, _, n), row in stats.stats.items() if n == function and where in f)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from sacglam_core.config import parse_config
-from sacglam_core.train import Trainer
+from sacglam_core.trainer import Trainer
 
 VARIANTS = {
     "PPO-GLAM": {"algorithm": "ppo"},
