@@ -85,7 +85,7 @@ class GlamAgent(nn.Module):
 
     def policy_hidden_needed(self) -> bool:
         """Whether a policy pass should also return hidden states (value head, or a critic that shares it)."""
-        return self.value_head is not None or (self.critic is not None and self.critic.shares_policy_pass)
+        return self.value_head is not None or (self.critic is not None and self.critic.reads_policy_pass())
 
     def q(self, batch: CandidateBatch, target: bool = False, policy_pass: LMOutput | None = None) -> torch.Tensor:
         return self.critic(self.lm, batch, target=target, policy_pass=policy_pass)

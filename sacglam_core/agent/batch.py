@@ -27,14 +27,13 @@ class CandidateBatch:
     action_index: torch.Tensor  # [A]
     prompt_tokens: list[list[int]]
     action_tokens: list[list[int]]
+    # Kept on the host: reading them from the tensors would wait for the GPU.
+    max_candidates: int
+    indexed: bool  # whether every action has its index in the action vocabulary
 
     @property
     def num_prompts(self) -> int:
         return self.prompt_ids.shape[0]
-
-    @property
-    def max_candidates(self) -> int:
-        return int(self.counts.max())
 
     def to(self, device: torch.device | str) -> CandidateBatch:
         for name in ("prompt_ids", "prompt_mask", "action_ids", "action_mask", "owner", "counts", "action_index"):
@@ -84,9 +83,12 @@ def collate(
     prompt_ids, prompt_mask = pad_rows(prompts, pad_id, left=left_pad_prompts)
     flat = [a for actions in candidates for a in actions]
     action_ids, action_mask = pad_rows(flat, pad_id)
-    counts = torch.tensor([len(c) for c in candidates], dtype=torch.long)
+    sizes = [len(c) for c in candidates]
+    counts = torch.tensor(sizes, dtype=torch.long)
     owner = torch.repeat_interleave(torch.arange(len(prompts)), counts)
-    index = torch.tensor(
-        [i for idx in action_index for i in idx] if action_index else [-1] * len(flat), dtype=torch.long
-    )
-    return CandidateBatch(prompt_ids, prompt_mask, action_ids, action_mask, owner, counts, index, prompts, flat)
+    indices = [i for idx in action_index for i in idx] if action_index else [-1] * len(flat)
+    index = torch.tensor(indices, dtype=torch.long)
+    return CandidateBatch(
+        prompt_ids, prompt_mask, action_ids, action_mask, owner, counts, index, prompts, flat, max(sizes),
+        min(indices) >= 0,
+    )  # fmt: skip

@@ -57,10 +57,11 @@ class Critic(nn.Module):
             lm.add_weights(TARGET_WEIGHTS, source=self.weights, trainable=False)
             self.target_weights = TARGET_WEIGHTS
 
-    @property
-    def shares_policy_pass(self) -> bool:
-        """Whether Q can be read from the policy's own forward pass (no extra LLM pass)."""
-        return self.config.weights != "separate" and self.config.input in ("obs", "decoded_action")
+    def reads_policy_pass(self, target: bool = False) -> bool:
+        """Whether Q (online, or target) can be read from the hidden states of a policy pass, with no LLM
+        pass of its own: its LLM weights are the policy's and its input is the prompt or the decoded action."""
+        weights = self.target_weights if target else self.weights
+        return weights == DEFAULT and self.config.input in ("obs", "decoded_action")
 
     def trainable_lm_parameters(self, lm: GlamLM) -> list[nn.Parameter]:
         """LLM weights that the critic loss trains (none when gradients stop at the MLP)."""
@@ -71,10 +72,11 @@ class Critic(nn.Module):
     ) -> torch.Tensor:
         """Q-values [B, max_candidates], 0 where there is no candidate.
 
-        `policy_pass` reuses the hidden states of an online policy forward when `shares_policy_pass`.
+        `policy_pass`, a policy forward with hidden states, is read instead of a pass of its own when
+        `reads_policy_pass(target)`.
         """
         head = self.target_head if target else self.head
-        if policy_pass is not None and not target and self.shares_policy_pass:
+        if policy_pass is not None and self.reads_policy_pass(target):
             features = policy_pass
         else:
             with lm.using(self.target_weights if target else self.weights):
@@ -87,7 +89,7 @@ class Critic(nn.Module):
             features = features.detach()
         values = head(features.float())
         if self.config.input == "obs":
-            if (batch.action_index < 0).any():
+            if not batch.indexed:
                 raise ValueError("critic.input='obs' needs every candidate's index in the action vocabulary")
             values = values[batch.owner, batch.action_index]
         else:

@@ -163,12 +163,15 @@ class GlamLM(nn.Module):
     def _score_causal(self, batch: CandidateBatch, hidden: bool) -> LMOutput:
         model = self._module(self._active)
         prompt_positions = (batch.prompt_mask.cumsum(1) - 1).clamp(min=0)
+        # Logits only where a token is predicted: the prompt's last position and each action's own tokens
+        # but its last (a large vocabulary makes the others a large share of the pass).
         prefix = model(
             input_ids=batch.prompt_ids,
             attention_mask=batch.prompt_mask,
             position_ids=prompt_positions,
             use_cache=True,
             output_hidden_states=hidden,
+            logits_to_keep=1,
         )
         cache = prefix.past_key_values
         cache.batch_select_indices(batch.owner)  # share each prompt's keys/values with its actions
@@ -180,8 +183,9 @@ class GlamLM(nn.Module):
             position_ids=prompt_len[:, None] + torch.arange(width, device=prompt_len.device)[None, :],
             past_key_values=cache,
             output_hidden_states=hidden,
+            logits_to_keep=torch.arange(width - 1, device=prompt_len.device),
         )
-        logits = torch.cat([prefix.logits[batch.owner, -1:], out.logits[:, :-1]], 1)
+        logits = torch.cat([prefix.logits[batch.owner], out.logits], 1)
         logp = _token_logp(logits, batch.action_ids, batch.action_mask)
         if not hidden:
             return LMOutput(logp)

@@ -18,7 +18,6 @@ instead of 1: clip(r, r0 - eps, r0 + eps).
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +25,7 @@ import torch
 
 from sacglam_core.agent import CandidateBatch, CandidateDistribution, GlamAgent
 from sacglam_core.agent.lm import DEFAULT
+from sacglam_core.algos.stats import UpdateStats
 from sacglam_core.config import RunConfig
 from sacglam_core.distributed import Ranks
 from sacglam_core.envs.playground import ACTION_VOCABULARY
@@ -81,7 +81,7 @@ class PPO:
         self.updates = 0
         self.segments: list[Episode] = []
         self._action_tokens = [agent.tokens.action(a) for a in ACTION_VOCABULARY]
-        self._stats: dict[str, list[float]] = defaultdict(list)
+        self.stats = UpdateStats()
 
     # -- acting ----------------------------------------------------------------------------------
     @torch.no_grad()
@@ -126,7 +126,7 @@ class PPO:
                 for copy in relabelled(segment, aligned_only=her.aligned_only):
                     data += self._segment_transitions(copy, relabel=True)
         original = sum(s.length for s in segments)
-        self._stats["her_share"].append((len(data) - original) / max(len(data), 1))
+        self.stats.add(her_share=(len(data) - original) / max(len(data), 1))
         return data
 
     @torch.no_grad()
@@ -181,14 +181,14 @@ class PPO:
         if cfg.loss == "clip":
             center = torch.tensor([t.r0 if cfg.center_clip else 1.0 for t in chunk], device=device)
             pg_loss = clipped_surrogate(ratio, advantages, center - cfg.clip, center + cfg.clip)
-            self._stats["clipfrac"].append(((ratio - center).abs() > cfg.clip).float().mean().item())
+            self.stats.add(clipfrac=((ratio - center).abs() > cfg.clip).float().mean())
         else:
             old = CandidateDistribution(
                 batch.pad(torch.tensor(np.concatenate([t.old_log_probs for t in chunk]), device=device)), policy.mask
             )
             kl = (old.probs * (old.log_probs - policy.log_probs)).sum(1)
             pg_loss = kl_penalised(ratio, advantages, kl, cfg.kl_coef)
-            self._stats["kl"].append(kl.mean().item())
+            self.stats.add(kl=kl.mean())
         values = agent.value(out)
         returns = torch.tensor([t.ret for t in chunk], device=device)
         value_loss = 0.5 * ((values - returns) ** 2).mean()
@@ -200,15 +200,11 @@ class PPO:
         torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
         self.optimizer.step()
         with torch.no_grad():
-            self._stats["approx_kl"].append(((ratio - 1) - (logp - old_logp)).mean().item())
-        self._stats["policy_loss"].append(pg_loss.item())
-        self._stats["value_loss"].append(value_loss.item())
-        self._stats["entropy"].append(entropy.item())
+            approx_kl = ((ratio - 1) - (logp - old_logp)).mean()
+        self.stats.add(approx_kl=approx_kl, policy_loss=pg_loss, value_loss=value_loss, entropy=entropy)
 
     def pop_stats(self) -> dict[str, float]:
-        stats = {k: float(np.mean(v)) for k, v in self._stats.items() if v}
-        self._stats.clear()
-        return stats | {"updates": self.updates}
+        return self.stats.pop() | {"updates": self.updates}
 
     # -- checkpointing ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -222,10 +218,10 @@ class PPO:
         return {
             "generator": self.generator.get_state(),
             "segments": [e.state_dict() for e in self.segments],
-            "stats": dict(self._stats),
+            "stats": self.stats.state_dict(),
         }
 
     def load_local_state_dict(self, state: dict) -> None:
         self.generator.set_state(state["generator"])
-        self._stats = defaultdict(list, state["stats"])
+        self.stats.load_state_dict(state["stats"])
         self.segments = [Episode.from_state_dict(s) for s in state["segments"]]

@@ -15,13 +15,13 @@ hindsight copies when HER is on.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 
 import numpy as np
 import torch
 
 from sacglam_core.agent import CandidateBatch, CandidateDistribution, GlamAgent
 from sacglam_core.agent.lm import DEFAULT
+from sacglam_core.algos.stats import UpdateStats
 from sacglam_core.config import RunConfig
 from sacglam_core.distributed import Ranks
 from sacglam_core.envs.playground import ACTION_VOCABULARY
@@ -68,7 +68,7 @@ class SAC:
         self.updates = 0
         tokens = agent.tokens
         self._action_tokens = [tokens.action(a) for a in ACTION_VOCABULARY]
-        self._stats: dict[str, list[float]] = defaultdict(list)
+        self.stats = UpdateStats()
 
     @property
     def alpha(self) -> float:
@@ -97,65 +97,85 @@ class SAC:
         for _ in range(self.cfg.updates_per_cycle):
             self._update(env_steps)
 
-    def _batches(self, index: np.ndarray) -> tuple[CandidateBatch, CandidateBatch, CandidateBatch, dict]:
-        """(taken action, all candidates) at s_t, all candidates at s_{t+n}, and the raw rows."""
+    def _batches(self, index: np.ndarray) -> tuple[CandidateBatch, CandidateBatch, CandidateBatch | None, dict]:
+        """The taken actions and all candidates at s_t, all candidates at s_{t+n} of the rows that bootstrap
+        (None if none does), and the raw rows."""
         rows = self.buffer.rows(index)
         tokens, texts = self.agent.tokens, goal_table()[0]
         goals = [tokens.goal(texts[g]) for g in rows["goal"]]
         prompts = [tokens.join(g, o) for g, o in zip(goals, rows["obs"])]
-        next_prompts = [tokens.join(g, o) for g, o in zip(goals, rows["next_obs"])]
         candidates = [[self._action_tokens[a] for a in c] for c in rows["candidates"]]
-        next_candidates = [[self._action_tokens[a] for a in c] for c in rows["next_candidates"]]
         taken_index = [[c[a]] for c, a in zip(rows["candidates"], rows["action"])]
         taken = self.agent.batch_from_ids(prompts, [[self._action_tokens[i[0]]] for i in taken_index], taken_index)
         current = self.agent.batch_from_ids(prompts, candidates, rows["candidates"])
-        following = self.agent.batch_from_ids(next_prompts, next_candidates, rows["next_candidates"])
+        # A row whose n steps end the episode has discount 0: its target is the reward alone, and s_{t+n}
+        # need not go through the LLM (HER's copies end in success, so they are often most of a batch).
+        rows["bootstrap"] = np.flatnonzero(rows["discount"] > 0)
+        following = None
+        if len(rows["bootstrap"]):
+            later = [rows["next_candidates"][i] for i in rows["bootstrap"]]
+            following = self.agent.batch_from_ids(
+                [tokens.join(goals[i], rows["next_obs"][i]) for i in rows["bootstrap"]],
+                [[self._action_tokens[a] for a in c] for c in later],
+                later,
+            )
         return taken, current, following, rows
 
     # -- learning --------------------------------------------------------------------------------
     def _update(self, env_steps: int) -> None:
-        cfg, agent = self.cfg, self.agent
         index = self.buffer.sample(
             self.batch_size,
             self.config.her.sampling if self.config.her.enabled else "uniform",
             self.config.her.her_fraction,
         )
         taken, current, following, rows = self._batches(index)
-        device = agent.lm.device
         alpha = self.log_alpha.exp().detach()
+        self._critic_update(taken, following, rows, alpha)
+        if not (self.updates < self.cfg.warmup_updates or env_steps < self.cfg.warmup_steps):
+            self._actor_update(current, alpha)
+        self.agent.critic.update_target(self.agent.lm)
+        self.updates += 1
 
+    def _critic_update(
+        self, taken: CandidateBatch, following: CandidateBatch | None, rows: dict, alpha: torch.Tensor
+    ) -> None:
+        """One step on the n-step TD error (eq. 3) of the taken actions."""
+        agent, device = self.agent, self.agent.lm.device
         with torch.no_grad():
-            next_policy, _ = agent.policy(following)
-            next_q = agent.q(following, target=True)
+            next_value = torch.zeros(len(rows["reward"]), device=device)
+            if following is not None:
+                # A target critic on the policy's own LLM weights reads Q from the pass that gives pi(.|s_{t+n}).
+                next_policy, next_pass = agent.policy(following, hidden=agent.critic.reads_policy_pass(target=True))
+                next_q = agent.q(following, target=True, policy_pass=next_pass)
+                next_value[torch.as_tensor(rows["bootstrap"], device=device)] = soft_state_value(
+                    next_policy, next_q, alpha
+                )
             target = critic_targets(
                 torch.as_tensor(rows["reward"], device=device),
                 torch.as_tensor(rows["discount"], device=device),
-                soft_state_value(next_policy, next_q, alpha),
+                next_value,
             )
         q_taken = agent.q(taken)[:, 0]
-        critic_loss = torch.nn.functional.mse_loss(q_taken, target)
-        self._step(self.critic_optimizer, self.critic_params, critic_loss)
-        self._stats["critic_loss"].append(critic_loss.item())
-        self._stats["mean_q"].append(q_taken.mean().item())
+        loss = torch.nn.functional.mse_loss(q_taken, target)
+        self._step(self.critic_optimizer, self.critic_params, loss)
+        self.stats.add(critic_loss=loss, mean_q=q_taken.mean())
 
-        warming_up = self.updates < cfg.warmup_updates or env_steps < cfg.warmup_steps
-        if not warming_up:
-            policy, policy_pass = agent.policy(current, hidden=agent.critic.shares_policy_pass)
-            with torch.no_grad():  # the actor's loss must not train the critic
-                q_all = agent.q(current, policy_pass=policy_pass)
-            loss = actor_loss(policy, q_all, alpha)
-            self._step(self.actor_optimizer, self.actor_params, loss)
-            self._stats["actor_loss"].append(loss.item())
-            self._stats["entropy"].append(policy.entropy().mean().item())
-            if cfg.autotune_alpha:
-                self._step(
-                    self.alpha_optimizer,
-                    [self.log_alpha],
-                    alpha_loss(self.log_alpha, policy, cfg.target_entropy),
-                    clip=False,
-                )
-        agent.critic.update_target(agent.lm)
-        self.updates += 1
+    def _actor_update(self, current: CandidateBatch, alpha: torch.Tensor) -> None:
+        """One step on the actor's loss with the (just updated) critic's Q, then one on alpha's."""
+        agent = self.agent
+        policy, policy_pass = agent.policy(current, hidden=agent.critic.reads_policy_pass())
+        with torch.no_grad():  # the actor's loss must not train the critic
+            q_all = agent.q(current, policy_pass=policy_pass)
+        loss = actor_loss(policy, q_all, alpha)
+        self._step(self.actor_optimizer, self.actor_params, loss)
+        self.stats.add(actor_loss=loss, entropy=policy.entropy().mean())
+        if self.cfg.autotune_alpha:
+            self._step(
+                self.alpha_optimizer,
+                [self.log_alpha],
+                alpha_loss(self.log_alpha, policy, self.cfg.target_entropy),
+                False,
+            )
 
     def _step(self, optimizer: torch.optim.Optimizer, params: list, loss: torch.Tensor, clip: bool = True) -> None:
         for group in (self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer):
@@ -168,9 +188,7 @@ class SAC:
 
     def pop_stats(self) -> dict[str, float]:
         """Means since the last call, with the current alpha and HER share."""
-        stats = {k: float(np.mean(v)) for k, v in self._stats.items() if v}
-        self._stats.clear()
-        return stats | {"alpha": self.alpha, "her_share": self.buffer.her_share(), "updates": self.updates}
+        return self.stats.pop() | {"alpha": self.alpha, "her_share": self.buffer.her_share(), "updates": self.updates}
 
     # -- checkpointing ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -193,8 +211,8 @@ class SAC:
     def local_state_dict(self) -> dict:
         """State that differs between ranks: the replay buffer of this rank's environments (and the
         statistics gathered since the last metrics row)."""
-        return {"buffer": self.buffer.state_dict(), "stats": dict(self._stats)}
+        return {"buffer": self.buffer.state_dict(), "stats": self.stats.state_dict()}
 
     def load_local_state_dict(self, state: dict) -> None:
         self.buffer.load_state_dict(state["buffer"])
-        self._stats = defaultdict(list, state["stats"])
+        self.stats.load_state_dict(state["stats"])

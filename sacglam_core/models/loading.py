@@ -13,7 +13,7 @@ from sacglam_core.config import LoraSettings, ModelConfig
 Architecture = Literal["seq2seq", "causal"]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
-__all__ = ["LoraSettings", "ModelConfig", "ModelNotFoundError", "load_model", "load_tokenizer", "stage"]
+__all__ = ["LoraSettings", "ModelConfig", "ModelNotFoundError", "add_lora", "load_model", "load_tokenizer", "stage"]
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -88,7 +88,7 @@ def load_model(config: ModelConfig) -> tuple[PreTrainedModel, Architecture]:
     if config.load_in_4bit:
         _fix_cpu_4bit_backward(model)
     if config.lora is not None:
-        model = _add_lora(model, config, architecture)
+        model = add_lora(model, config, architecture)
     return model, architecture
 
 
@@ -103,7 +103,8 @@ def _fix_cpu_4bit_backward(model: torch.nn.Module) -> None:
             module.support_avx512bf16_for_cpu = False
 
 
-def _add_lora(model: PreTrainedModel, config: ModelConfig, architecture: Architecture):
+def add_lora(model: PreTrainedModel, config: ModelConfig, architecture: Architecture):
+    """The model wrapped by peft with the LoRA adapters `config.lora` describes (prepared for 4-bit training)."""
     from peft import LoraConfig, TaskType, get_peft_model, prepare_model_for_kbit_training
 
     if config.load_in_4bit:

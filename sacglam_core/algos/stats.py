@@ -1,0 +1,30 @@
+"""Training statistics between two metrics rows, kept as tensors until the row is written: reading a
+GPU tensor's value at every update would make the update wait for the GPU."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+
+class UpdateStats:
+    def __init__(self) -> None:
+        self._values: dict[str, list[torch.Tensor | float]] = defaultdict(list)
+
+    def add(self, **values: torch.Tensor | float) -> None:
+        for key, value in values.items():
+            self._values[key].append(value.detach() if isinstance(value, torch.Tensor) else value)
+
+    def pop(self) -> dict[str, float]:
+        """The mean of each statistic since the last call."""
+        means = {k: float(np.mean([float(x) for x in v])) for k, v in self._values.items() if v}
+        self._values.clear()
+        return means
+
+    def state_dict(self) -> dict[str, list[float]]:
+        return {k: [float(x) for x in v] for k, v in self._values.items()}
+
+    def load_state_dict(self, state: dict[str, list[float]]) -> None:
+        self._values = defaultdict(list, {k: list(v) for k, v in state.items()})

@@ -1,0 +1,74 @@
+"""The straightforward SAC update, pass by pass: what `SAC._update` computes, without its savings.
+
+Every quantity has an LLM pass of its own: pi(.|s_{t+n}) and the target Q at s_{t+n} for every row (also
+rows whose n steps end the episode, whose target ignores them), Q of the taken action, then pi(.|s_t)
+and Q(s_t, .) after the critic's step. This is the update as it was before its passes were shared and
+skipped (issue 14). tests/test_sac_update.py checks that training with either gives the same numbers,
+and benchmarks/step_cost.py counts what the savings save.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sacglam_core.algos.sac import SAC, actor_loss, alpha_loss, critic_targets, soft_state_value
+from sacglam_core.trajectories import goal_table
+
+
+def reference_batches(sac: SAC, index) -> tuple:
+    """(taken, current, following, rows) with s_{t+n} for every row."""
+    agent, tokens, ids = sac.agent, sac.agent.tokens, sac._action_tokens
+    rows = sac.buffer.rows(index)
+    goals = [tokens.goal(goal_table()[0][g]) for g in rows["goal"]]
+    prompts = [tokens.join(g, o) for g, o in zip(goals, rows["obs"])]
+    taken_index = [[c[a]] for c, a in zip(rows["candidates"], rows["action"])]
+    taken = agent.batch_from_ids(prompts, [[ids[i[0]]] for i in taken_index], taken_index)
+    current = agent.batch_from_ids(prompts, [[ids[a] for a in c] for c in rows["candidates"]], rows["candidates"])
+    following = agent.batch_from_ids(
+        [tokens.join(g, o) for g, o in zip(goals, rows["next_obs"])],
+        [[ids[a] for a in c] for c in rows["next_candidates"]],
+        rows["next_candidates"],
+    )
+    return taken, current, following, rows
+
+
+def reference_critic_update(sac: SAC, taken, following, rows, alpha: torch.Tensor) -> None:
+    agent, device = sac.agent, sac.agent.lm.device
+    with torch.no_grad():
+        next_policy, _ = agent.policy(following)
+        next_q = agent.q(following, target=True)
+        target = critic_targets(
+            torch.as_tensor(rows["reward"], device=device),
+            torch.as_tensor(rows["discount"], device=device),
+            soft_state_value(next_policy, next_q, alpha),
+        )
+    q_taken = agent.q(taken)[:, 0]
+    loss = torch.nn.functional.mse_loss(q_taken, target)
+    sac._step(sac.critic_optimizer, sac.critic_params, loss)
+    sac.stats.add(critic_loss=loss, mean_q=q_taken.mean())
+
+
+def reference_actor_update(sac: SAC, current, alpha: torch.Tensor) -> None:
+    agent = sac.agent
+    policy, _ = agent.policy(current)
+    with torch.no_grad():
+        q_all = agent.q(current)
+    loss = actor_loss(policy, q_all, alpha)
+    sac._step(sac.actor_optimizer, sac.actor_params, loss)
+    sac.stats.add(actor_loss=loss, entropy=policy.entropy().mean())
+    if sac.cfg.autotune_alpha:
+        alpha_step = alpha_loss(sac.log_alpha, policy, sac.cfg.target_entropy)
+        sac._step(sac.alpha_optimizer, [sac.log_alpha], alpha_step, False)
+
+
+def reference_update(sac: SAC, env_steps: int) -> None:
+    """A drop-in for `SAC._update` (bind it to an instance)."""
+    her = sac.config.her
+    index = sac.buffer.sample(sac.batch_size, her.sampling if her.enabled else "uniform", her.her_fraction)
+    taken, current, following, rows = reference_batches(sac, index)
+    alpha = sac.log_alpha.exp().detach()
+    reference_critic_update(sac, taken, following, rows, alpha)
+    if not (sac.updates < sac.cfg.warmup_updates or env_steps < sac.cfg.warmup_steps):
+        reference_actor_update(sac, current, alpha)
+    sac.agent.critic.update_target(sac.agent.lm)
+    sac.updates += 1
