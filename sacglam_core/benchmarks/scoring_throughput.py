@@ -21,21 +21,13 @@ import torch
 from sacglam_core.agent import CriticConfig, GlamAgent, GlamLM
 from sacglam_core.envs import EnvConfig, VectorPlayground
 from sacglam_core.envs.playground import ACTION_VOCABULARY
+from sacglam_core.models.shapes import flan_t5_base_shaped
 from sacglam_core.models.tokenizer import build_tokenizer
 
 
-def flan_t5_base_shaped(dtype: torch.dtype, device: str) -> GlamLM:
-    from transformers import T5Config, T5ForConditionalGeneration
-
-    config = T5Config(
-        vocab_size=32128, d_model=768, d_kv=64, d_ff=2048, num_layers=12, num_decoder_layers=12, num_heads=12,
-        feed_forward_proj="gated-gelu", tie_word_embeddings=False, dropout_rate=0.0,
-        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
-    )  # fmt: skip
-    model = T5ForConditionalGeneration(config)
-    # Random tied embeddings at std 1 without output scaling saturate the softmax (stack notes).
-    torch.nn.init.normal_(model.shared.weight, std=config.d_model**-0.5)
-    return GlamLM(model.to(device=device, dtype=dtype).eval(), build_tokenizer(add_eos=True), "seq2seq")
+def flan_t5_base_lm(dtype: torch.dtype, device: str) -> GlamLM:
+    model = flan_t5_base_shaped().to(device=device, dtype=dtype).eval()
+    return GlamLM(model, build_tokenizer(add_eos=True), "seq2seq")
 
 
 def tiny(models_dir: Path, name: str, device: str) -> GlamLM:
@@ -193,7 +185,7 @@ def main() -> None:
         dtype = getattr(torch, dtype_name)
         if args.flan_t5_base:
             # On GPUs the model itself is cast; on CPUs bf16 runs through autocast.
-            lm = flan_t5_base_shaped(dtype if args.device != "cpu" else torch.float32, args.device)
+            lm = flan_t5_base_lm(dtype if args.device != "cpu" else torch.float32, args.device)
             bench_model(
                 lm,
                 "Flan-T5-base shape (random weights)",
