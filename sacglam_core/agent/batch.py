@@ -27,13 +27,21 @@ class CandidateBatch:
     action_index: torch.Tensor  # [A]
     prompt_tokens: list[list[int]]
     action_tokens: list[list[int]]
-    # Kept on the host: reading them from the tensors would wait for the GPU.
-    max_candidates: int
+    # Kept on the host too: reading them from the tensors would wait for the GPU.
+    sizes: list[int]  # candidates per prompt
     indexed: bool  # whether every action has its index in the action vocabulary
 
     @property
     def num_prompts(self) -> int:
         return self.prompt_ids.shape[0]
+
+    @property
+    def max_candidates(self) -> int:
+        return max(self.sizes)
+
+    def owners(self) -> list[int]:
+        """`owner` on the host."""
+        return [i for i, n in enumerate(self.sizes) for _ in range(n)]
 
     def to(self, device: torch.device | str) -> CandidateBatch:
         for name in ("prompt_ids", "prompt_mask", "action_ids", "action_mask", "owner", "counts", "action_index"):
@@ -89,6 +97,5 @@ def collate(
     indices = [i for idx in action_index for i in idx] if action_index else [-1] * len(flat)
     index = torch.tensor(indices, dtype=torch.long)
     return CandidateBatch(
-        prompt_ids, prompt_mask, action_ids, action_mask, owner, counts, index, prompts, flat, max(sizes),
-        min(indices) >= 0,
-    )  # fmt: skip
+        prompt_ids, prompt_mask, action_ids, action_mask, owner, counts, index, prompts, flat, sizes, min(indices) >= 0
+    )

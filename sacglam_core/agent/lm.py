@@ -200,7 +200,7 @@ class GlamLM(nn.Module):
         summarises it; for a causal LM, the last token's hidden state does.
         """
         model = self._module(self._active)
-        prompts = [batch.prompt_tokens[i] for i in batch.owner.tolist()]
+        prompts = [batch.prompt_tokens[i] for i in batch.owners()]
         if self.seq2seq:
             eos = [self.tokenizer.eos_token_id] if self.prompt_ends_with_eos else []
             rows = [(p[:-1] if eos else p) + a + eos for p, a in zip(prompts, batch.action_tokens)]
