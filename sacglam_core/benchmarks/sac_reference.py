@@ -1,17 +1,18 @@
-"""The straightforward SAC update, pass by pass: what `SAC._update` computes, without its savings.
+"""SAC's update as it was before its LLM passes were shared and skipped (issue 14): what `SAC._update`
+computes, without its savings.
 
-Every quantity has an LLM pass of its own: pi(.|s_{t+n}) and the target Q at s_{t+n} for every row (also
-rows whose n steps end the episode, whose target ignores them), Q of the taken action, then pi(.|s_t)
-and Q(s_t, .) after the critic's step. This is the update as it was before its passes were shared and
-skipped (issue 14). tests/test_sac_update.py checks that training with either gives the same numbers,
-and benchmarks/step_cost.py counts what the savings save.
+pi(.|s_{t+n}) and the target Q at s_{t+n} go through the LLM for every row (also the rows whose n steps
+end the episode, whose target ignores them), each in a pass of its own; then Q of the taken action; then
+pi(.|s_t) after the critic's step, with Q(s_t, .) read from that pass when the critic shares it. The
+actor's half is unchanged. tests/test_sac_update.py checks that training with either gives the same
+numbers, and benchmarks/step_cost.py counts what the savings save.
 """
 
 from __future__ import annotations
 
 import torch
 
-from sacglam_core.algos.sac import SAC, actor_loss, alpha_loss, critic_targets, soft_state_value
+from sacglam_core.algos.sac import SAC, critic_targets, soft_state_value
 from sacglam_core.trajectories import goal_table
 
 
@@ -48,19 +49,6 @@ def reference_critic_update(sac: SAC, taken, following, rows, alpha: torch.Tenso
     sac.stats.add(critic_loss=loss, mean_q=q_taken.mean())
 
 
-def reference_actor_update(sac: SAC, current, alpha: torch.Tensor) -> None:
-    agent = sac.agent
-    policy, _ = agent.policy(current)
-    with torch.no_grad():
-        q_all = agent.q(current)
-    loss = actor_loss(policy, q_all, alpha)
-    sac._step(sac.actor_optimizer, sac.actor_params, loss)
-    sac.stats.add(actor_loss=loss, entropy=policy.entropy().mean())
-    if sac.cfg.autotune_alpha:
-        alpha_step = alpha_loss(sac.log_alpha, policy, sac.cfg.target_entropy)
-        sac._step(sac.alpha_optimizer, [sac.log_alpha], alpha_step, False)
-
-
 def reference_update(sac: SAC, env_steps: int) -> None:
     """A drop-in for `SAC._update` (bind it to an instance)."""
     her = sac.config.her
@@ -69,6 +57,6 @@ def reference_update(sac: SAC, env_steps: int) -> None:
     alpha = sac.log_alpha.exp().detach()
     reference_critic_update(sac, taken, following, rows, alpha)
     if not (sac.updates < sac.cfg.warmup_updates or env_steps < sac.cfg.warmup_steps):
-        reference_actor_update(sac, current, alpha)
+        sac._actor_update(current, alpha)  # unchanged
     sac.agent.critic.update_target(sac.agent.lm)
     sac.updates += 1

@@ -19,7 +19,7 @@ with a global batch of 256 (64 per rank); PPO collects 2,048 steps and runs 16 e
   critic       SAC's critic updates (the target's passes included)
   actor        SAC's actor and alpha updates; PPO's 16 epochs and the pass that prepares them
   evaluation   one evaluation round's policy passes (the random policy's episodes) spread over 10,000 steps
-"before" is SAC's update with every LLM pass on its own (benchmarks/sac_reference.py).
+"before" is SAC's update as it was before its passes were shared and skipped (benchmarks/sac_reference.py).
 
 Memory per rank is estimated, not measured (no GPU here): 4-bit base weights (nf4 with double
 quantization: 4.127 bits a weight), trainable weights, gradients and Adam's moments in fp32, and the
@@ -50,7 +50,7 @@ from sacglam_core.agent import CriticConfig, GlamAgent, GlamLM
 from sacglam_core.agent.tokens import PromptTokens
 from sacglam_core.algos.ppo import PPO, Transition
 from sacglam_core.algos.sac import SAC
-from sacglam_core.benchmarks.sac_reference import reference_actor_update, reference_batches, reference_critic_update
+from sacglam_core.benchmarks.sac_reference import reference_batches, reference_critic_update
 from sacglam_core.config import RunConfig, parse_config
 from sacglam_core.distributed import Ranks
 from sacglam_core.envs import EnvConfig, VectorPlayground
@@ -219,26 +219,25 @@ def evaluation_flops(agent: GlamAgent, config: RunConfig) -> float:
 
 
 def update_costs(sac: SAC, index: np.ndarray, alpha: torch.Tensor) -> dict[str, Cost]:
-    """One update on the rows `index`, as SAC does it and pass by pass."""
+    """One update on the rows `index`, and its critic's half as it was before (the actor's is unchanged)."""
     taken, current, following, rows = sac._batches(index)
-    old_taken, old_current, old_following, old_rows = reference_batches(sac, index)
+    old_taken, _, old_following, old_rows = reference_batches(sac, index)
     return {
         "critic": measure(lambda: sac._critic_update(taken, following, rows, alpha)),
         "actor": measure(lambda: sac._actor_update(current, alpha)),
         "critic before": measure(lambda: reference_critic_update(sac, old_taken, old_following, old_rows, alpha)),
-        "actor before": measure(lambda: reference_actor_update(sac, old_current, alpha)),
     }
 
 
 def sac_costs(agent: GlamAgent, config: RunConfig, play: Play, ranks: int, batches: int) -> dict[str, Cost]:
-    """Per environment step: critic and actor updates, now and before (every pass on its own); and the
-    peak memory of one update on a rank."""
+    """Per environment step: critic and actor updates, and the critic's as it was before; and the peak
+    memory of one update on a rank."""
     sac = SAC(agent, config, Ranks(), goal_type_prior(config.env))
     for episode in play.episodes:
         sac.add(episode)
     her = config.her
     per_step = ranks * config.sac.updates_per_cycle / config.sac.update_every / batches
-    costs = {k: Cost() for k in ("critic", "actor", "critic before", "actor before")}
+    costs = {k: Cost() for k in ("critic", "actor", "critic before")}
     alpha = sac.log_alpha.exp().detach()
     for k in range(batches + 1):
         index = sac.buffer.sample(sac.batch_size, her.sampling if her.enabled else "uniform", her.her_fraction)
@@ -321,7 +320,7 @@ def step_cost(agent: GlamAgent, config: RunConfig, play: Play, ranks: int, batch
         return StepCost(parts, None, static_bytes(agent) + update.peak_bytes)
     costs = sac_costs(agent, config, play, ranks, batches)
     parts |= {"critic": costs["critic"].flops, "actor": costs["actor"].flops}
-    before = parts["acting"] + parts["evaluation"] + costs["critic before"].flops + costs["actor before"].flops
+    before = parts["acting"] + parts["evaluation"] + parts["actor"] + costs["critic before"].flops
     peak = max(costs["critic"].peak_bytes, costs["actor"].peak_bytes)
     return StepCost(parts, before, static_bytes(agent) + peak)
 
