@@ -1,5 +1,8 @@
 """Model loading, the tiny models, LoRA and 4-bit."""
 
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -49,6 +52,17 @@ def test_tiny_build_is_deterministic():
         pretrain_prior(model, tokenizer, spec)
         states.append(model.state_dict())
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+
+
+def test_tiny_build_gives_the_same_bytes_in_another_process(tiny_models, tmp_path):
+    """The command a user runs, with the default thread count: multi-threaded float reductions would
+    differ between processes (the session's fixture built the other copy)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    command = [sys.executable, "-m", "sacglam_core.models", "build-tiny", str(tmp_path)]
+    subprocess.run(command, check=True, capture_output=True, env=env)
+    for name in ("tiny-t5", "tiny-causal"):
+        ours, theirs = tmp_path / name / "model.safetensors", tiny_models[name] / "model.safetensors"
+        assert ours.read_bytes() == theirs.read_bytes(), name
 
 
 def test_tiny_models_load_offline_and_start_near_the_uniform_policy(tiny_path):

@@ -20,7 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "build-tiny":
         from sacglam_core.models.tiny import TinySpec, build_tiny
 
-        torch.set_num_threads(min(2, torch.get_num_threads()))  # same float reductions on every machine size
+        # One thread: multi-threaded float reductions differ from process to process, and so would the weights.
+        torch.set_num_threads(1)
         build_tiny(args.out_dir, TinySpec(seed=args.seed))
     else:
         from sacglam_core.models.loading import stage as stage_model
