@@ -195,8 +195,8 @@ class Trainer:
     def _stop(self, new_steps: bool) -> int:
         """Checkpoint what this process added (if anything) and say "requeue me"."""
         if not new_steps:
-            print(f"{self.out}: stopped at {self.env_steps} steps, before any new step; nothing new to checkpoint",
-                  file=sys.stderr)  # fmt: skip
+            message = f"stopped at {self.env_steps} steps, before any new step; nothing new to checkpoint"
+            print(f"{self.out}: {message}", file=sys.stderr)
             return EXIT_PREEMPTED
         if self._saved_at != self.env_steps:
             self._save()
