@@ -1,9 +1,11 @@
 """Checkpoints: written atomically, verified on load, with fallback to the previous good one.
 
-A checkpoint is `ckpt-<n>.shared.pt` (model weights that train, optimizers, counters: written by rank 0),
-one `ckpt-<n>.rank<r>.pt` per rank (its environments, open episodes, replay data and RNG states) and,
-written last, `ckpt-<n>.json`: the manifest with every file's SHA-256. A checkpoint without a manifest,
-or whose files do not match it or do not load, is skipped with a warning.
+A checkpoint is `ckpt-<n>.shared.pt` (model weights that train, optimizers, counters, metrics rows: written
+by rank 0), one `ckpt-<n>.rank<r>.pt` per rank (its environments, open episodes, replay data and RNG
+states) and, written last, `ckpt-<n>.json`: the manifest with every file's SHA-256. A checkpoint without a
+manifest, or whose files do not match it or do not load, is skipped with a warning; every rank resumes from
+the same one. Cleanup removes only files named like checkpoints inside the checkpoint folder, whatever a
+manifest says.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -19,9 +23,11 @@ import torch
 from sacglam_core.atomic import atomic_write
 from sacglam_core.distributed import Ranks
 
+CHECKPOINT_FILE = re.compile(r"ckpt-(\d{9})\.(json|shared\.pt|rank\d+\.pt)")
+
 
 class CheckpointError(RuntimeError):
-    """No usable checkpoint, or one that belongs to another run."""
+    """No usable checkpoint, one that belongs to another run, or one that cannot be written."""
 
 
 def _serialise(obj: dict) -> bytes:
@@ -30,43 +36,93 @@ def _serialise(obj: dict) -> bytes:
     return buffer.getvalue()
 
 
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _manifest_problem(path: Path) -> str | None:
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        return str(error)
+    return None if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else "no file list"
+
+
 class Checkpointer:
     def __init__(self, directory: str | Path, keep: int, ranks: Ranks) -> None:
+        if keep < 1:
+            raise ValueError(f"keep must be at least 1, got {keep}")
         self.directory = Path(directory)
-        self.keep, self.ranks = max(1, keep), ranks
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.keep, self.ranks = keep, ranks
 
     def save(self, number: int, shared: dict, local: dict) -> None:
         name = f"ckpt-{number:09d}"
-        local_bytes = _serialise(local)
-        atomic_write(self.directory / f"{name}.rank{self.ranks.rank}.pt", local_bytes)
-        digests = self.ranks.gather_strings(hashlib.sha256(local_bytes).hexdigest())
-        if self.ranks.is_main:
-            shared_bytes = _serialise(shared)
-            atomic_write(self.directory / f"{name}.shared.pt", shared_bytes)
-            files = {f"{name}.shared.pt": hashlib.sha256(shared_bytes).hexdigest()}
-            files |= {f"{name}.rank{r}.pt": d for r, d in enumerate(digests)}
-            manifest = {"number": number, "world": self.ranks.world, "files": files}
-            atomic_write(self.directory / f"{name}.json", json.dumps(manifest, indent=1).encode())
-            self._prune()
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            local_bytes = _serialise(local)
+            atomic_write(self.directory / f"{name}.rank{self.ranks.rank}.pt", local_bytes)
+            digests = self.ranks.gather_strings(hashlib.sha256(local_bytes).hexdigest())
+            if self.ranks.is_main:
+                shared_bytes = _serialise(shared)
+                atomic_write(self.directory / f"{name}.shared.pt", shared_bytes)
+                files = {f"{name}.shared.pt": hashlib.sha256(shared_bytes).hexdigest()}
+                files |= {f"{name}.rank{r}.pt": d for r, d in enumerate(digests)}
+                manifest = {"number": number, "world": self.ranks.world, "files": files}
+                atomic_write(self.directory / f"{name}.json", json.dumps(manifest, indent=1).encode())
+                self._prune(number)
+        except OSError as error:
+            raise CheckpointError(
+                f"cannot write checkpoint {name} in {self.directory}: {error.strerror or error}; "
+                "the checkpoints before it are kept"
+            ) from error
         self.ranks.barrier()
 
-    def _prune(self) -> None:
-        manifests = sorted(self.directory.glob("ckpt-*.json"))
-        for old in manifests[: -self.keep]:
-            for file in json.loads(old.read_text())["files"]:
-                (self.directory / file).unlink(missing_ok=True)
-            old.unlink()
+    def _files_by_number(self) -> dict[int, list[Path]]:
+        files = defaultdict(list)
+        for path in self.directory.iterdir():
+            match = CHECKPOINT_FILE.fullmatch(path.name)
+            if match:
+                files[int(match[1])].append(path)
+        return files
+
+    def _prune(self, newest: int) -> None:
+        """Keep the `keep` newest checkpoints up to `newest` whose manifest reads; remove every other one.
+
+        Checkpoints above `newest` were skipped when this run resumed (they did not verify) and would be
+        written again; files without a manifest are leftovers of a save that was killed."""
+        readable = []
+        for number, paths in sorted(self._files_by_number().items()):
+            manifest = self.directory / f"ckpt-{number:09d}.json"
+            if number > newest or manifest not in paths:
+                continue
+            problem = _manifest_problem(manifest)
+            if problem:
+                _warn(f"removing checkpoint {manifest.name}: its manifest is unreadable ({problem})")
+                continue
+            readable.append(number)
+        kept = set(readable[-self.keep :])
+        for number, paths in self._files_by_number().items():
+            if number not in kept:
+                for path in paths:
+                    path.unlink(missing_ok=True)
 
     def load_latest(self) -> tuple[dict, dict] | None:
-        """(shared, this rank's local) state of the newest checkpoint that verifies, or None if there is none."""
-        for manifest_path in sorted(self.directory.glob("ckpt-*.json"), reverse=True):
+        """(shared, this rank's local) state of the newest checkpoint that verifies on every rank, or None."""
+        if not self.directory.is_dir():
+            return None
+        numbers = sorted(n for n, paths in self._files_by_number().items() if any(p.suffix == ".json" for p in paths))
+        for number in reversed(numbers):
+            manifest_path = self.directory / f"ckpt-{number:09d}.json"
+            states, problem = None, None
             try:
-                return self._load(manifest_path)
+                states = self._load(manifest_path)
             except CheckpointError:
                 raise
             except Exception as error:  # corrupt, partial or unreadable: try the previous one
-                print(f"warning: skipping checkpoint {manifest_path.name}: {error}", file=sys.stderr)
+                problem = str(error)
+            if self.ranks.all(states is not None):
+                return states
+            _warn(f"skipping checkpoint {manifest_path.name}: {problem or 'another rank could not load it'}")
         return None
 
     def _load(self, manifest_path: Path) -> tuple[dict, dict]:

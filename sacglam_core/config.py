@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, field
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from sacglam_core.envs.playground import EnvConfig
 from sacglam_core.settings import settings
@@ -24,13 +25,20 @@ class ConfigError(ValueError):
     """A run configuration that cannot be used; the message names the file and every problem."""
 
 
+Positive = Annotated[int, Field(gt=0)]
+NonNegative = Annotated[int, Field(ge=0)]
+Rate = Annotated[float, Field(gt=0)]  # learning rates, coefficients that must be positive
+Fraction = Annotated[float, Field(ge=0, le=1)]  # discounts, lambdas, probabilities
+DEVICE = re.compile(r"cpu|cuda|cuda:\d+|auto")
+
+
 @settings
 class LoraSettings:
     """LoRA through peft. `target_modules="all-linear"` adapts every linear layer but the output head."""
 
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.0
+    r: Positive = 16
+    alpha: Positive = 32
+    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
     target_modules: tuple[str, ...] | str = "all-linear"
 
 
@@ -57,6 +65,13 @@ class ModelConfig:
         name = self.name_or_path
         return name.startswith((".", "/", "~")) or name.count("/") > 1 or Path(name).exists()
 
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, device: str) -> str:
+        if not DEVICE.fullmatch(device):
+            raise ValueError(f"must be cpu, cuda, cuda:<n> or auto, got {device!r}")
+        return device
+
     def __post_init__(self) -> None:
         if self.load_in_4bit and self.lora is None:
             raise ValueError("model.load_in_4bit needs model.lora: 4-bit weights can only be trained through adapters")
@@ -66,8 +81,8 @@ class ModelConfig:
 class CriticConfig:
     input: Literal["obs_action", "obs", "decoded_action"] = "obs_action"
     weights: Literal["shared", "shared_frozen", "separate"] = "shared"
-    hidden_units: int = 1024
-    hidden_layers: int = 2
+    hidden_units: Positive = 1024
+    hidden_layers: NonNegative = 2
     tau: float = 0.005
     target_lm: bool = True
 
@@ -80,22 +95,22 @@ class CriticConfig:
 class SACConfig:
     """Discrete SAC (paper Table 2). `warmup_updates`/`warmup_steps`: critic-only updates at the start."""
 
-    buffer_size: int = 100_000
-    update_every: int = 32  # environment steps between update cycles
-    updates_per_cycle: int = 2
-    batch_size: int = 256
-    warmup_updates: int = 0
-    warmup_steps: int = 0
-    learning_starts: int = 0  # environment steps before the first update (and the buffer must hold a batch)
-    actor_lr: float = 1e-4
-    critic_lr: float = 1e-4
-    gamma: float = 0.99
-    n_step: int = 3
+    buffer_size: Positive = 100_000
+    update_every: Positive = 32  # environment steps between update cycles
+    updates_per_cycle: Positive = 2
+    batch_size: Positive = 256
+    warmup_updates: NonNegative = 0
+    warmup_steps: NonNegative = 0
+    learning_starts: NonNegative = 0  # environment steps before the first update (and the buffer must hold a batch)
+    actor_lr: Rate = 1e-4
+    critic_lr: Rate = 1e-4
+    gamma: Fraction = 0.99
+    n_step: Positive = 3
     autotune_alpha: bool = True
-    alpha_init: float = 0.005
+    alpha_init: Rate = 0.005
     target_entropy: float = 0.0
-    alpha_lr: float = 2e-3
-    max_grad_norm: float | None = None
+    alpha_lr: Rate = 2e-3
+    max_grad_norm: Rate | None = None
     critic: CriticConfig = field(default_factory=CriticConfig)
 
 
@@ -103,19 +118,19 @@ class SACConfig:
 class PPOConfig:
     """PPO-GLAM (paper Table 1) and its hindsight variants (Appendix G)."""
 
-    rollout_steps: int = 2048  # transitions collected between updates, all environments together
-    epochs: int = 16
-    minibatch_size: int = 256
-    lr: float = 1e-4
-    gamma: float = 0.99
-    gae_lambda: float = 0.99
-    clip: float = 0.2
-    entropy_coef: float = 0.01
-    value_coef: float = 0.5
-    max_grad_norm: float = 0.5
+    rollout_steps: Positive = 2048  # transitions collected between updates, all environments together
+    epochs: Positive = 16
+    minibatch_size: Positive = 256
+    lr: Rate = 1e-4
+    gamma: Fraction = 0.99
+    gae_lambda: Fraction = 0.99
+    clip: Rate = 0.2
+    entropy_coef: Annotated[float, Field(ge=0)] = 0.01
+    value_coef: Annotated[float, Field(ge=0)] = 0.5
+    max_grad_norm: Rate = 0.5
     normalize_advantages: bool = True
     loss: Literal["clip", "kl"] = "clip"
-    kl_coef: float = 0.1  # beta of the KL-penalised loss
+    kl_coef: Annotated[float, Field(ge=0)] = 0.1  # beta of the KL-penalised loss
     center_clip: bool = False  # clip around the first-epoch ratio of relabelled data, not 1
 
 
@@ -130,7 +145,7 @@ class HERConfig:
 
     enabled: bool = False
     strategy: Literal["uniform", "ratio", "prior", "prior_ratio"] | None = None
-    ratio: float | None = None
+    ratio: Fraction | None = None
     aligned_only: bool = False
 
     @property
@@ -144,17 +159,17 @@ class HERConfig:
 
 @settings
 class EvalConfig:
-    every_steps: int = 10_000
-    episodes_per_type: int = 32  # train goals, stratified by goal type
-    test_episodes: int = 64
+    every_steps: Positive = 10_000
+    episodes_per_type: Positive = 32  # train goals, stratified by goal type
+    test_episodes: NonNegative = 64
     greedy: bool = False  # sample from the policy (as it acts) or take its most probable action
     seed: int = 12345
 
 
 @settings
 class CheckpointConfig:
-    every_updates: int = 200
-    keep: int = 2
+    every_updates: Positive = 200
+    keep: Positive = 2
 
 
 @settings
@@ -162,16 +177,16 @@ class RunConfig:
     algorithm: Literal["sac", "ppo"]
     model: ModelConfig
     output_dir: str = "."
-    seed: int = 0
-    total_steps: int = 400_000
-    num_envs: int = 32
+    seed: NonNegative = 0
+    total_steps: Positive = 400_000
+    num_envs: Positive = 32
     env: EnvConfig = field(default_factory=EnvConfig)
     sac: SACConfig = field(default_factory=SACConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     her: HERConfig = field(default_factory=HERConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    threads: int | None = None  # torch CPU threads (None: torch's default)
+    threads: Positive | None = None  # torch CPU threads (None: torch's default)
 
     def __post_init__(self) -> None:
         problems = coherence_problems(self)
@@ -208,25 +223,63 @@ def coherence_problems(config: RunConfig) -> list[str]:
             problems.append(f"sac.update_every={sac.update_every} must be a multiple of num_envs={config.num_envs}")
         if sac.buffer_size < sac.batch_size:
             problems.append(f"sac.buffer_size={sac.buffer_size} is smaller than sac.batch_size={sac.batch_size}")
-        if sac.n_step < 1:
-            problems.append("sac.n_step must be at least 1")
-    if her.ratio is not None and not 0.0 <= her.ratio <= 1.0:
-        problems.append(f"her.ratio must be in [0, 1], got {her.ratio}")
-    if config.num_envs < 1 or config.total_steps < 1:
-        problems.append("num_envs and total_steps must be positive")
     return problems
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is an error (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        lines: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *anchor` may be overridden key by key
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, str | int | float | bool) and key in lines:
+                raise yaml.MarkedYAMLError(problem=f"key {key!r} appears twice (lines {lines[key]} and {line})")
+            lines[key] = line
+        return super().construct_mapping(node, deep)
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """PyYAML's multi-line message in one line: what is wrong and where."""
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem:
+        mark = error.problem_mark
+        return f"{error.problem} (line {mark.line + 1}, column {mark.column + 1})" if mark else error.problem
+    return " ".join(str(error).split())
 
 
 def load_config(path: str | Path, overrides: dict | None = None) -> RunConfig:
     """Read and validate a YAML run configuration; `overrides` are merged over it (nested dicts)."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except OSError as error:
-        raise ConfigError(f"cannot read run configuration {path}: {error}") from error
+        raise ConfigError(f"cannot read run configuration {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"run configuration {path} is not a UTF-8 text file (byte {error.object[error.start]:#04x} at offset "
+            f"{error.start}); it must be YAML"
+        ) from None
     except yaml.YAMLError as error:
-        raise ConfigError(f"run configuration {path} is not valid YAML: {error}") from error
+        raise ConfigError(f"run configuration {path} is not valid YAML: {_yaml_problem(error)}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"run configuration {path} must be a mapping of settings, got a YAML {type(raw).__name__}")
     return parse_config(_merge(raw, overrides or {}), source=str(path))
+
+
+def _problem(error: dict) -> str:
+    """One pydantic error as `key.path: what is wrong (got value)`."""
+    where = ".".join(map(str, error["loc"]))
+    message = error["msg"].removeprefix("Value error, ")
+    if not where:  # a problem of the whole configuration (coherence), its message names the keys
+        return message
+    if error["type"] in ("missing", "value_error") or isinstance(error["input"], dict):
+        return f"{where}: {message}"
+    return f"{where}: {message} (got {error['input']!r})"
 
 
 def parse_config(raw: dict, source: str = "<dict>") -> RunConfig:
@@ -235,10 +288,7 @@ def parse_config(raw: dict, source: str = "<dict>") -> RunConfig:
     try:
         return RunConfig(**raw)
     except ValidationError as error:
-        lines = [
-            f"{'.'.join(map(str, e['loc'])) or 'run'}: {e['msg'].removeprefix('Value error, ')}" for e in error.errors()
-        ]
-        raise ConfigError(f"invalid run configuration {source}: " + "; ".join(lines)) from None
+        raise ConfigError(f"invalid run configuration {source}: " + "; ".join(map(_problem, error.errors()))) from None
     except TypeError as error:
         raise ConfigError(f"invalid run configuration {source}: {error}") from None
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from sacglam_core.config import ConfigError
+
 
 @dataclass(frozen=True)
 class Ranks:
@@ -89,10 +91,20 @@ def init_ranks() -> Ranks:
 
 
 def resolve_device(requested: str, ranks: Ranks) -> str:
+    """The device of this rank's model; a CUDA device this machine does not have is a ConfigError."""
     if requested == "auto":
         requested = "cuda" if torch.cuda.is_available() else "cpu"
     if requested == "cuda" and ranks.active:
-        return f"cuda:{ranks.local_rank}"
+        requested = f"cuda:{ranks.local_rank}"
+    if requested.startswith("cuda"):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(requested.partition(":")[2] or 0)
+        if index >= count:
+            raise ConfigError(
+                f"model.device: {requested} is not available: this machine has "
+                f"{f'{count} CUDA devices' if count else 'no CUDA device'} (torch.cuda.is_available() is "
+                f"{torch.cuda.is_available()}); use device: cpu or auto"
+            )
     return requested
 
 

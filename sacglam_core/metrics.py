@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import csv
+import io
 import math
-import os
 from pathlib import Path
 
+from sacglam_core.atomic import atomic_write
 from sacglam_core.envs import GoalType
 
 COLUMNS = [
@@ -36,37 +37,33 @@ TIMING_COLUMNS = ("wall_seconds", "updates_per_s", "env_steps_per_s")
 
 
 class MetricsFile:
-    """Appends rows to `metrics.csv`; on resume, rows after the checkpoint are dropped first."""
+    """`metrics.csv`, rewritten whole (atomically) at every row from the rows it holds in memory.
+
+    Checkpoints carry `rows`, so a resumed run's file is exactly the checkpoint's rows plus what follows,
+    whatever happened to the file meanwhile (deleted, truncated, rows after the checkpoint)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.rows = 0
+        self.rows: list[dict[str, str]] = []
 
-    def truncate(self, rows: int) -> None:
-        """Keep the header and the first `rows` rows (rewritten atomically)."""
-        kept = self.read()[:rows] if self.path.exists() else []
-        tmp = self.path.with_suffix(".csv.tmp")
-        with tmp.open("w", newline="") as f:
-            writer = csv.DictWriter(f, COLUMNS)
-            writer.writeheader()
-            writer.writerows(kept)
-        os.replace(tmp, self.path)
-        self.rows = len(kept)
+    def restore(self, rows: list[dict[str, str]]) -> None:
+        """Hold `rows` (formatted, as `rows` holds them) and rewrite the file with them."""
+        self.rows = [dict(row) for row in rows]
+        self._write()
 
     def append(self, row: dict[str, float]) -> None:
         unknown = set(row) - set(COLUMNS)
         if unknown:
             raise KeyError(f"unknown metric columns {sorted(unknown)}")
-        if not self.path.exists():
-            self.truncate(0)
-        with self.path.open("a", newline="") as f:
-            csv.DictWriter(f, COLUMNS).writerow({k: _fmt(v) for k, v in row.items()})
-            f.flush()
-        self.rows += 1
+        self.rows.append({k: _fmt(v) for k, v in row.items()})
+        self._write()
 
-    def read(self) -> list[dict[str, str]]:
-        with self.path.open(newline="") as f:
-            return list(csv.DictReader(f))
+    def _write(self) -> None:
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, COLUMNS)
+        writer.writeheader()
+        writer.writerows(self.rows)
+        atomic_write(self.path, text.getvalue().encode())
 
 
 def _fmt(value: float) -> str:

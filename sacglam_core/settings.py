@@ -1,11 +1,11 @@
-"""Typed settings: frozen dataclasses validated by pydantic (types, literals, no unknown keys)."""
+"""Typed settings: frozen dataclasses validated by pydantic (types, literals, finite numbers, no unknown keys)."""
 
 from __future__ import annotations
 
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
-STRICT = ConfigDict(extra="forbid")
+STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 def settings(cls):

@@ -7,11 +7,15 @@ The run writes into `output_dir`: `config.yaml`, `metrics.csv` (one row per eval
 `checkpoints/` and, when finished, `done.json`. Started again on the same folder it resumes from the
 newest good checkpoint and gives the same numbers as an uninterrupted run. SIGTERM or SIGUSR2 (SLURM's
 time limit or preemption) and SIGINT (Ctrl-C) make it checkpoint and exit with status 75, meaning
-"requeue me".
+"requeue me" (during start-up, before any step, it exits 75 without writing a checkpoint).
+
+Exit status: 0 finished (or already finished), 75 stopped before the end (run again to resume),
+2 refused at start with one line: bad configuration, another trainer holds the directory, the directory
+holds another configuration's run or is not writable, a model that cannot be found; 1 anything else.
 """
 
 # Only light imports here: the signal handlers go in before torch and transformers load (seconds), so
-# that a time-limit or preemption signal during start-up still ends in a checkpoint and status 75.
+# that a time-limit or preemption signal during start-up still ends in status 75, not 143.
 import argparse
 import signal
 import sys
@@ -32,16 +36,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from sacglam_core.checkpoint import CheckpointError
-    from sacglam_core.config import ConfigError, load_config
-    from sacglam_core.distributed import shutdown
-    from sacglam_core.models.loading import ModelNotFoundError
-    from sacglam_core.trainer import Trainer
+    from sacglam_core.config import ConfigError, load_config  # light: bad input fails before torch loads
 
     try:
         config = load_config(args.config, {"output_dir": args.output_dir} if args.output_dir else None)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+    from sacglam_core.checkpoint import CheckpointError
+    from sacglam_core.distributed import shutdown
+    from sacglam_core.lease import LeaseHeldError
+    from sacglam_core.models.loading import ModelNotFoundError
+    from sacglam_core.trainer import RunDirectoryError, Trainer
+
+    try:
         return Trainer(config).run(stop_at_steps=args.stop_at_steps, stop=stop)
-    except (ConfigError, CheckpointError, ModelNotFoundError) as error:
+    except (ConfigError, CheckpointError, ModelNotFoundError, LeaseHeldError, RunDirectoryError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     finally:

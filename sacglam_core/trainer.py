@@ -7,6 +7,9 @@ The run writes into `output_dir`: `config.yaml`, `metrics.csv` (one row per eval
 `checkpoints/` and, when finished, `done.json`. Started again on the same folder it resumes from the
 newest good checkpoint and gives the same numbers as an uninterrupted run. When `stop` is set (by
 SIGTERM, SIGUSR2 or SIGINT in train.py) it checkpoints at the next step and returns EXIT_PREEMPTED.
+
+Rank 0 holds the run directory's lease (lease.py) from before it touches anything in it until the run
+returns, so a second trainer on the same directory is refused at start.
 """
 
 from __future__ import annotations
@@ -25,28 +28,54 @@ from sacglam_core import EXIT_PREEMPTED
 from sacglam_core.agent import AgentConfig, GlamAgent
 from sacglam_core.algos.ppo import PPO
 from sacglam_core.algos.sac import SAC
-from sacglam_core.atomic import atomic_write
+from sacglam_core.atomic import atomic_write, remove_stale_temporaries
 from sacglam_core.checkpoint import Checkpointer, CheckpointError
-from sacglam_core.config import ConfigError, RunConfig, dump_config
+from sacglam_core.config import ConfigError, ModelConfig, RunConfig, dump_config
 from sacglam_core.distributed import init_ranks, resolve_device
 from sacglam_core.envs import VectorPlayground
 from sacglam_core.envs.playground import ACTION_VOCABULARY
 from sacglam_core.evaluation import agent_policy, evaluate, goal_type_prior
+from sacglam_core.lease import LeaseHeldError, RunLease
 from sacglam_core.metrics import MetricsFile
 from sacglam_core.trajectories import EpisodeRecorder
+
+# What a checkpoint holds; 1 was before checkpoints carried the metrics rows and the thread count.
+CHECKPOINT_FORMAT = 2
+
+
+class RunDirectoryError(RuntimeError):
+    """An output_dir this run cannot use: not writable, or holding a finished run of another configuration."""
 
 
 class Trainer:
     def __init__(self, config: RunConfig) -> None:
         self.config = config
         self.ranks = ranks = init_ranks()
-        if config.num_envs % ranks.world:
-            raise ConfigError(f"num_envs={config.num_envs} cannot be split evenly over {ranks.world} processes")
-        if config.threads:
-            torch.set_num_threads(config.threads)
-        torch.set_flush_denormal(True)  # denormals make CPU backward passes several times slower
-        self.out = Path(config.output_dir)
+        sac = config.algorithm == "sac"
+        split = {"num_envs": config.num_envs, **({"sac.batch_size": config.sac.batch_size} if sac else {})}
+        for key, value in split.items():
+            if value % ranks.world:
+                raise ConfigError(f"{key}={value} cannot be split evenly over {ranks.world} processes")
         model = dataclasses.replace(config.model, device=resolve_device(config.model.device, ranks))
+        self.out = Path(config.output_dir)
+        self.lease = RunLease(self.out)
+        self._take_lease()
+        try:
+            if config.threads:
+                torch.set_num_threads(config.threads)
+            self.threads = torch.get_num_threads()  # results depend on it: a resume must use the same
+            self.checkpoints = Checkpointer(self.out / "checkpoints", config.checkpoint.keep, ranks)
+            # Refusals come before the model loads (minutes for a large one).
+            self.finished = self._finished()
+            self._checkpoint = None if self.finished else self._load_checkpoint()
+            self._build(model)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, model: ModelConfig) -> None:
+        config, ranks = self.config, self.ranks
+        torch.set_flush_denormal(True)  # denormals make CPU backward passes several times slower
         torch.manual_seed(config.seed)  # the same initial heads on every rank
         sac = config.algorithm == "sac"
         agent_config = AgentConfig(model, critic=config.sac.critic if sac else None, value_head=not sac)
@@ -58,27 +87,61 @@ class Trainer:
         self.recorder = EpisodeRecorder(self.agent.tokens)
         self.generator = torch.Generator().manual_seed(config.seed * 1000 + ranks.rank + 1)
         self.metrics = MetricsFile(self.out / "metrics.csv")
-        self.checkpoints = Checkpointer(self.out / "checkpoints", config.checkpoint.keep, ranks)
         self.action_tokens = [self.agent.tokens.action(a) for a in ACTION_VOCABULARY]
         self.env_steps = self.episodes = self.eval_rounds = 0
         self.window = [0, 0]  # training episodes finished and succeeded since the last metrics row
         self.elapsed = 0.0
         self.last_row = (0.0, 0, 0)  # wall seconds, env steps, updates at the last metrics row
         self._last_success = float("nan")
+        self._saved_at = -1  # env steps of the last checkpoint this process wrote or resumed from
+
+    def _take_lease(self) -> None:
+        """Rank 0 takes the run directory's lease before anything in it is touched, then removes the
+        temporary files of killed writes; every rank learns whether that worked."""
+        error: Exception | None = None
+        if self.ranks.is_main:
+            try:
+                self.lease.acquire()
+                for directory in (self.out, self.out / "checkpoints"):
+                    for path in remove_stale_temporaries(directory):
+                        print(f"{self.out}: removed {path.name}, left by a killed write", file=sys.stderr)
+            except LeaseHeldError as held:
+                error = held
+            except OSError as unwritable:
+                error = RunDirectoryError(f"cannot write to output_dir {self.out}: {unwritable}")
+        problem = self.ranks.gather_strings(str(error or ""))[0]
+        if error is not None:
+            self.close()
+            raise error
+        if problem:
+            raise RunDirectoryError(f"rank 0 could not take the run directory: {problem}")
+
+    def close(self) -> None:
+        """Give the run directory's lease back (the end of the process also does)."""
+        self.lease.release()
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self, stop_at_steps: int | None = None, stop: threading.Event | None = None) -> int:
-        if (self.out / "done.json").exists():
+        try:
+            return self._run(stop_at_steps, stop)
+        finally:
+            self.close()
+
+    def _run(self, stop_at_steps: int | None, stop: threading.Event | None) -> int:
+        if self.finished:
             print(f"{self.out}: already finished (done.json exists)", file=sys.stderr)
             return 0
+        if self.ranks.any(stop is not None and stop.is_set()):
+            print(f"{self.out}: stopped during start-up, before any step; nothing to checkpoint", file=sys.stderr)
+            return EXIT_PREEMPTED
         obs, infos = self.envs.reset()
         if not self._resume():
             self.recorder.reset(infos["goal"], obs, infos["possible_actions"])
             if self.ranks.is_main:
-                self.out.mkdir(parents=True, exist_ok=True)
                 atomic_write(self.out / "config.yaml", dump_config(self.config).encode())
-                self.metrics.truncate(0)
+                self.metrics.restore([])
             self._log_row()  # the untrained agent's success rates at step 0
+        first_step = self.env_steps
         started = time.perf_counter() - self.elapsed
         total = self.config.total_steps
         bar = tqdm(
@@ -89,6 +152,9 @@ class Trainer:
             mininterval=1 if sys.stderr.isatty() else 30,
         )
         while self.env_steps < total:
+            if self._should_stop(stop_at_steps, stop):
+                bar.close()
+                return self._stop(new_steps=self.env_steps > first_step)
             candidates = self.recorder.candidates()
             batch = self.agent.batch_from_ids(
                 self.recorder.prompts(),
@@ -115,20 +181,46 @@ class Trainer:
             every = self.config.checkpoint.every_updates
             if self.algo.updates // every > updates_before // every:
                 self._save()
-            if self._should_stop(stop_at_steps, stop) and self.env_steps < total:
-                self._save()
-                bar.close()
-                print(f"{self.out}: checkpointed at {self.env_steps} steps; run again to resume", file=sys.stderr)
-                return EXIT_PREEMPTED
         bar.close()
-        self._save()
+        if self._saved_at != self.env_steps:
+            self._save()
         checksums = self._check_in_sync()
         if self.ranks.is_main:
             summary = {"env_steps": self.env_steps, "wall_seconds": self.elapsed, "eval_success": self._last_success,
                        "world": self.ranks.world, "weight_checksums": checksums, **self._hardware(),
-                       "fingerprint": self.config.fingerprint}  # fmt: skip
+                       "threads": self.threads, "fingerprint": self.config.fingerprint}  # fmt: skip
             atomic_write(self.out / "done.json", json.dumps(summary, indent=1).encode())
         return 0
+
+    def _stop(self, new_steps: bool) -> int:
+        """Checkpoint what this process added (if anything) and say "requeue me"."""
+        if not new_steps:
+            message = f"stopped at {self.env_steps} steps, before any new step; nothing new to checkpoint"
+            print(f"{self.out}: {message}", file=sys.stderr)
+            return EXIT_PREEMPTED
+        if self._saved_at != self.env_steps:
+            self._save()
+        print(f"{self.out}: checkpointed at {self.env_steps} steps; run again to resume", file=sys.stderr)
+        return EXIT_PREEMPTED
+
+    def _finished(self) -> bool:
+        """Whether done.json marks this run finished; one of another configuration is refused."""
+        path = self.out / "done.json"
+        if not path.exists():
+            return False
+        try:
+            fingerprint = json.loads(path.read_text())["fingerprint"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise RunDirectoryError(
+                f"{path} is unreadable ({type(error).__name__}: {error}); delete it and run again to finish the "
+                "run from its last checkpoint"
+            ) from None
+        if fingerprint != self.config.fingerprint:
+            raise RunDirectoryError(
+                f"{self.out} holds a finished run of another configuration (fingerprint {fingerprint}, this run "
+                f"{self.config.fingerprint}); use a new output_dir"
+            )
+        return True
 
     def _hardware(self) -> dict:
         """GPUs used (for the GPU-hour calibration of the workflow's budget)."""
@@ -181,7 +273,9 @@ class Trainer:
     def _save(self) -> None:
         self._check_in_sync()
         shared = {
+            "format": CHECKPOINT_FORMAT,
             "fingerprint": self.config.fingerprint,
+            "threads": self.threads,
             "agent": self.agent.mutable_state_dict(),
             "algo": self.algo.state_dict(),
             "counters": {
@@ -203,17 +297,38 @@ class Trainer:
             "window": list(self.window),
         }
         self.checkpoints.save(self.env_steps, shared, local)
+        self._saved_at = self.env_steps
 
-    def _resume(self) -> bool:
+    def _load_checkpoint(self) -> tuple[dict, dict] | None:
+        """The newest good checkpoint, if any, once it is known to belong to this run."""
         loaded = self.checkpoints.load_latest()
         if loaded is None:
-            return False
-        shared, local = loaded
+            return None
+        shared = loaded[0]
+        where = self.checkpoints.directory
+        if shared.get("format", 1) != CHECKPOINT_FORMAT:
+            raise CheckpointError(
+                f"the checkpoints in {where} were written by another version of the trainer (format "
+                f"{shared.get('format', 1)}, this one reads {CHECKPOINT_FORMAT}); finish the run with that version "
+                "or use a new output_dir"
+            )
         if shared["fingerprint"] != self.config.fingerprint:
             raise CheckpointError(
-                f"the checkpoints in {self.checkpoints.directory} belong to another configuration "
+                f"the checkpoints in {where} belong to another configuration "
                 f"(fingerprint {shared['fingerprint']}, this run {self.config.fingerprint}); use a new output_dir"
             )
+        if not self.ranks.all(shared["threads"] == self.threads):
+            raise CheckpointError(
+                f"the checkpoints in {where} were made with {shared['threads']} torch threads, this process has "
+                f"{self.threads}, and results depend on it; set threads: {shared['threads']} in the run "
+                "configuration to resume"
+            )
+        return loaded
+
+    def _resume(self) -> bool:
+        if self._checkpoint is None:
+            return False
+        (shared, local), self._checkpoint = self._checkpoint, None
         self.agent.load_mutable_state_dict(shared["agent"])
         self.algo.load_state_dict(shared["algo"])
         counters = shared["counters"]
@@ -234,7 +349,7 @@ class Trainer:
         torch.set_rng_state(local["torch_rng"])
         self.window = list(local["window"])
         if self.ranks.is_main:
-            self.metrics.truncate(counters["metrics_rows"])
-        self.metrics.rows = counters["metrics_rows"]
+            self.metrics.restore(counters["metrics_rows"])
+        self._saved_at = self.env_steps
         print(f"{self.out}: resumed at {self.env_steps} environment steps", file=sys.stderr)
         return True

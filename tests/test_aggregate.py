@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from sacglam_core.config import dump_config
 from sacglam_core.metrics import COLUMNS
@@ -21,6 +22,7 @@ from sacglam_core.pipeline.aggregate import (
     summary_table,
 )
 from sacglam_core.pipeline.claims import check
+from sacglam_core.pipeline.claims import main as claims_main
 from sacglam_core.pipeline.experiments import ExperimentError, Run, expand
 from sacglam_core.pipeline.outputs import expected_outputs, write_experiment_results
 from sacglam_core.pipeline.tables import hyperparameters
@@ -177,3 +179,35 @@ def test_claims_reject_unknown_variants_and_keys(experiment_dir):
         check(experiment, {"order": ["DQN", "PPO"]}, 0.5)
     with pytest.raises(ExperimentError, match="unknown keys \\['ordr'\\]"):
         check(experiment, {"ordr": ["SAC+HER", "PPO"]}, 0.5)
+
+
+def test_a_row_missing_its_trailing_fields_is_rejected(experiment_dir):
+    _, runs = experiment_dir
+    bad = runs[0].directory / "metrics.csv"
+    lines = bad.read_text().splitlines()
+    bad.write_text("\n".join([*lines[:-1], lines[-1].rsplit(",", 5)[0]]) + "\n")  # a row cut short
+    with pytest.raises(MetricsFileError, match=f"metrics file {bad} has a truncated row: line 6 has"):
+        load_experiment("demo", runs)
+
+
+@pytest.mark.parametrize("content", [b"", b'{"env_steps": 4', b"\xff\xfe", b"[1, 2]"])
+def test_a_corrupt_done_file_is_named(experiment_dir, content):
+    _, runs = experiment_dir
+    done = runs[0].directory / "done.json"
+    done.write_bytes(content)
+    with pytest.raises(MetricsFileError, match=f"run summary {done}"):
+        load_experiment("demo", runs)
+
+
+@pytest.mark.parametrize("damage", ["metrics", "done", "config"])
+def test_claims_that_cannot_be_evaluated_exit_3_with_one_line(experiment_dir, tmp_path, capsys, damage):
+    results, runs = experiment_dir
+    definitions = {**DEFINITIONS, "experiments": {"demo": {**DEFINITIONS["experiments"]["demo"], "claims": {
+        "learns": ["PPO"]}}}}  # fmt: skip
+    (tmp_path / "experiments.yaml").write_text(yaml.safe_dump(definitions))
+    file = {"metrics": "metrics.csv", "done": "done.json", "config": "config.yaml"}[damage]
+    (runs[0].directory / file).write_bytes(b"\x00garbage\n- [")
+    status = claims_main(["demo", "--definitions", str(tmp_path / "experiments.yaml"), "--results", str(results)])
+    err = capsys.readouterr().err
+    assert status == 3 and err.startswith("error: cannot evaluate the claims of 'demo': ")
+    assert str(runs[0].directory / file) in err and err.count("\n") == 1

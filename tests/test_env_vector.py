@@ -74,3 +74,13 @@ def test_bad_vector_input():
         envs.step(["Grasp", "Jump"])
     with pytest.raises(ValueError, match="num_envs"):
         VectorPlayground(0)
+
+
+def test_an_invalid_action_steps_no_environment():
+    envs = VectorPlayground(4, seed=0)
+    _, infos = envs.reset()
+    before = envs.state_dict()
+    actions = [a[0] for a in infos["possible_actions"][:3]] + ["Jump"]
+    with pytest.raises(InvalidActionError, match="environment 3: invalid action 'Jump'"):
+        envs.step(actions)
+    assert envs.state_dict() == before

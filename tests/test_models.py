@@ -1,6 +1,8 @@
 """Model loading, the tiny models, LoRA and 4-bit."""
 
 import os
+import re
+import shutil
 import subprocess
 import sys
 import warnings
@@ -89,6 +91,23 @@ def test_tiny_t5_output_layer_is_not_saturated():
 def test_missing_local_model_names_the_folder(tmp_path):
     with pytest.raises(ModelNotFoundError, match="no model folder at .*nowhere.*stage"):
         load_model(ModelConfig(str(tmp_path / "nowhere")))
+
+
+@pytest.mark.parametrize(
+    "missing, message",
+    [
+        ("tokenizer.json", "has no tokenizer vocabulary (none of tokenizer.json, "),
+        ("config.json", "has no config.json"),
+        ("model.safetensors", "has no weights"),
+    ],
+)
+def test_incomplete_model_folder_names_what_is_missing(tmp_path, tiny_models, missing, message):
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_models["tiny-t5"], folder)
+    (folder / missing).unlink()
+    for load in (load_model, load_tokenizer):
+        with pytest.raises(ModelNotFoundError, match=f"the model folder '{folder}' {re.escape(message)}"):
+            load(ModelConfig(str(folder)))
 
 
 def test_missing_hub_model_offline_says_how_to_stage(monkeypatch, tmp_path):

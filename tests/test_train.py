@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from sacglam_core.metrics import COLUMNS, TIMING_COLUMNS
@@ -18,7 +19,7 @@ from sacglam_core.metrics import COLUMNS, TIMING_COLUMNS
 TRAIN = [sys.executable, "-m", "sacglam_core.train"]
 
 
-def write_config(path: Path, model: Path, **settings) -> Path:
+def write_config(path: Path, model: Path, /, **settings) -> Path:
     config = {
         "model": {"name_or_path": str(model)},
         "output_dir": str(path.parent / "out"),
@@ -134,6 +135,47 @@ def test_sigterm_checkpoints_and_resume_matches(tmp_path, tiny_models, reference
     assert without_timing(rows(tmp_path / "out")) == without_timing(rows(reference["sac_her"]))
 
 
+def caught_signals(pid: int) -> int:
+    """The mask of signals that process `pid` handles (0 once it is gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return 0
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+
+
+def test_sigterm_during_start_up_exits_75_and_a_later_run_matches(tmp_path, tiny_models, reference):
+    config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], **SAC_HER)
+    started = time.monotonic()
+    process = subprocess.Popen([*TRAIN, "--config", str(config)], stderr=subprocess.PIPE, text=True)
+    # SIGTERM as soon as it is handled, or after 1 s at most: torch and transformers are still loading
+    while time.monotonic() - started < 1 and not caught_signals(process.pid) & 1 << (signal.SIGTERM - 1):
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 75, stderr[-2000:]
+    assert "stopped during start-up, before any step; nothing to checkpoint" in stderr
+    out = tmp_path / "out"
+    assert not (out / "config.yaml").exists() and not (out / "checkpoints").exists()
+    assert train(config).returncode == 0
+    assert without_timing(rows(out)) == without_timing(rows(reference["sac_her"]))
+
+
+def test_ctrl_c_checkpoints_and_exits_75_without_a_traceback(tmp_path, tiny_models):
+    config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], **SAC_HER)
+    process = subprocess.Popen([*TRAIN, "--config", str(config)], stderr=subprocess.PIPE, text=True)
+    metrics = tmp_path / "out" / "metrics.csv"
+    deadline = time.time() + 300
+    while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 3):
+        time.sleep(0.1)  # a row after training steps: there is something to checkpoint
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 75, stderr[-2000:]
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    steps = int(stderr.split("checkpointed at ")[1].split()[0])
+    assert (tmp_path / "out" / "checkpoints" / f"ckpt-{steps:09d}.json").exists()
+
+
 def test_killed_run_resumes_from_periodic_checkpoint(tmp_path, tiny_models, reference):
     config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], **SAC_HER)
     process = subprocess.Popen([*TRAIN, "--config", str(config)], stderr=subprocess.DEVNULL)
@@ -153,19 +195,85 @@ def test_corrupt_checkpoint_falls_back_to_the_previous_one(tmp_path, tiny_models
     checkpoints = tmp_path / "out" / "checkpoints"
     newest = sorted(checkpoints.glob("ckpt-*.shared.pt"))[-1]
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # a partial write
-    (checkpoints / ".ckpt-000000999.shared.pt.tmp-1").write_bytes(b"junk")  # a crashed write in progress
+    (checkpoints / ".ckpt-000000999.shared.pt.tmp-1").write_bytes(b"junk")  # a killed write
+    (tmp_path / "out" / ".done.json.tmp-2").write_bytes(b"junk")
     result = train(config)
     assert result.returncode == 0
     assert f"skipping checkpoint {newest.name.replace('.shared.pt', '.json')}" in result.stderr
+    assert "removed .ckpt-000000999.shared.pt.tmp-1, left by a killed write" in result.stderr
+    assert not [p for p in (tmp_path / "out").rglob("*") if ".tmp-" in p.name]
     assert without_timing(rows(tmp_path / "out")) == without_timing(rows(reference["sac_her"]))
 
 
-def test_checkpoints_of_another_configuration_are_refused(tmp_path, tiny_models):
+def test_checkpoints_of_another_configuration_or_thread_count_are_refused(tmp_path, tiny_models):
     config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], **SAC_HER)
     assert train(config, "--stop-at-steps", "64").returncode == 75
-    write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], **{**SAC_HER, "seed": 1})
+    refusals = {
+        "seed": (1, "belong to another configuration"),
+        "threads": (2, "were made with 1 torch threads, this process has 2, and results depend on it; set threads: 1"),
+    }
+    for key, (value, message) in refusals.items():
+        write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], **{**SAC_HER, key: value})
+        result = train(config, check=False)
+        assert result.returncode == 2 and message in result.stderr and result.stderr.count("\n") == 1, key
+
+
+@pytest.mark.parametrize("done", ["another configuration", "corrupt"])
+def test_a_finished_directory_refuses_another_configuration(tmp_path, tiny_models, reference, done):
+    out = reference["sac_her"]
+    if done == "corrupt":
+        out = tmp_path / "out"
+        out.mkdir()
+        (out / "done.json").write_text('{"env_steps": 38')
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != "lease"}
+    config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], output_dir=str(out), **{**SAC_HER, "seed": 1})
     result = train(config, check=False)
-    assert result.returncode == 2 and "belong to another configuration" in result.stderr
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    expected = {
+        "another configuration": f"{out} holds a finished run of another configuration (fingerprint ",
+        "corrupt": f"{out / 'done.json'} is unreadable (JSONDecodeError",
+    }[done]
+    assert expected in result.stderr
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != "lease"} == before
+
+
+HOLD_LEASE = """
+import sys, time
+from sacglam_core.lease import RunLease
+RunLease(sys.argv[1]).acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_second_trainer_on_a_directory_in_use_exits_at_once_naming_the_holder(tmp_path, tiny_models):
+    config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], **SAC_HER)
+    out = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LEASE, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        result = train(config, "--stop-at-steps", "64", check=False)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert f"error: {out} is in use by pid {holder.pid} on {socket.gethostname()}" in result.stderr
+    assert [p.name for p in out.iterdir()] == ["lease"]  # nothing else touched
+
+
+def test_lost_metrics_rows_are_restored_from_the_checkpoint(tmp_path, tiny_models):
+    config = write_config(
+        tmp_path / "run.yaml", tiny_models["tiny-t5"], total_steps=128, eval={"every_steps": 32}, **SAC_HER
+    )
+    assert train(config, "--stop-at-steps", "64").returncode == 75
+    metrics = tmp_path / "out" / "metrics.csv"
+    checkpointed = rows(tmp_path / "out")
+    assert [int(r["env_steps"]) for r in checkpointed] == [0, 32, 64]
+    metrics.unlink()
+    assert train(config).returncode == 0
+    table = rows(tmp_path / "out")
+    assert [int(r["env_steps"]) for r in table] == [0, 32, 64, 96, 128]
+    assert table[:3] == checkpointed
 
 
 def test_ppo_kl_runs(tmp_path, tiny_models):
@@ -183,15 +291,87 @@ def test_ppo_kl_runs(tmp_path, tiny_models):
         ({"algorithm": "sac", "her": {"strategy": "prior"}}, "her.enabled is false"),
         ({"algorithm": "ppo", "ppo": {"center_clip": True}}, "center_clip needs her.enabled"),
         ({"algorithm": "dqn"}, "algorithm: Input should be 'sac' or 'ppo'"),
+        ({"algorithm": "sac", "sac": {"batch_size": 0}}, "sac.batch_size: Input should be greater than 0 (got 0)"),
+        ({"algorithm": "sac", "sac": {"batch_size": -8}}, "sac.batch_size: Input should be greater than 0 (got -8)"),
+        ({"algorithm": "sac", "checkpoint": {"keep": 0}}, "checkpoint.keep: Input should be greater than 0 (got 0)"),
+        ({"algorithm": "sac", "sac": {"gamma": 1.5}}, "sac.gamma: Input should be less than or equal to 1 (got 1.5)"),
+        ({"algorithm": "ppo", "ppo": {"gamma": 1.5}}, "ppo.gamma: Input should be less than or equal to 1 (got 1.5)"),
+        ({"algorithm": "sac", "eval": {"episodes_per_type": 0}}, "eval.episodes_per_type: Input should be greater"),
+        ({"algorithm": "sac", "num_envs": 0}, "num_envs: Input should be greater than 0 (got 0)"),
+        ({"algorithm": "ppo", "ppo": {"minibatch_size": 0}}, "ppo.minibatch_size: Input should be greater than 0"),
+        (
+            {"algorithm": "sac", "sac": {"actor_lr": -1e-4}},
+            "sac.actor_lr: Input should be greater than 0 (got -0.0001)",
+        ),
+        ({"algorithm": "ppo", "ppo": {"lr": -1e-4}}, "ppo.lr: Input should be greater than 0 (got -0.0001)"),
+        (
+            {"algorithm": "sac", "model": {"device": "gpu"}},
+            "model.device: must be cpu, cuda, cuda:<n> or auto, got 'gpu'",
+        ),
+        ({"algorithm": "sac", "threads": -1}, "threads: Input should be greater than 0 (got -1)"),
+        ({"algorithm": "sac", "eval": {"every_steps": 0}}, "eval.every_steps: Input should be greater than 0 (got 0)"),
+        ({"algorithm": "sac", "checkpoint": {"every_updates": 0}}, "checkpoint.every_updates: Input should be greater"),
+        ({"algorithm": "sac", "sac": {"update_every": 0}}, "sac.update_every: Input should be greater than 0 (got 0)"),
+        ({"algorithm": "ppo", "ppo": {"rollout_steps": 0}}, "ppo.rollout_steps: Input should be greater than 0"),
+        ({"algorithm": "sac", "sac": {"critic_lr": float("nan")}}, "sac.critic_lr: Input should be a finite number"),
+        ({"algorithm": "sac", "seed": -1}, "seed: Input should be greater than or equal to 0 (got -1)"),
     ],
 )
 def test_bad_configuration_fails_at_start_with_one_message(tmp_path, tiny_models, settings, message):
     config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], **settings)
-    result = train(config, check=False)
-    assert result.returncode == 2
-    assert message in result.stderr and "Traceback" not in result.stderr
+    assert_refused_at_start(train(config, check=False), message, tmp_path / "out")
+
+
+def assert_refused_at_start(result: subprocess.CompletedProcess, message: str, out: Path) -> None:
+    """Exit status 2, one line that says `message`, and nothing written."""
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert message in result.stderr and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert result.stderr.count("\n") == 1  # one line
-    assert not (tmp_path / "out").exists()
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"algorithm: sac\nseed: 1\nseed: 2\n", "is not valid YAML: key 'seed' appears twice (lines 2 and 3)"),
+        (b"sac:\n  gamma: 0.9\n  gamma: 0.8\n", "is not valid YAML: key 'gamma' appears twice (lines 2 and 3)"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "is not a UTF-8 text file (byte 0x89 at offset 0)"),
+        (b"- algorithm: sac\n- seed: 1\n", "must be a mapping of settings, got a YAML list"),
+        (b"algorithm: sac\nsac: {batch_size: 8\n", "is not valid YAML: "),
+    ],
+    ids=["duplicate-key", "duplicate-nested-key", "binary", "list", "broken-yaml"],
+)
+def test_unreadable_configuration_file_fails_at_start_with_one_line(tmp_path, content, message):
+    config = tmp_path / "run.yaml"
+    config.write_bytes(content)
+    assert_refused_at_start(train(config, check=False), f"run configuration {config} {message}", tmp_path / "out")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_on_a_machine_without_cuda_fails_at_start(tmp_path, tiny_models):
+    config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], algorithm="sac", model={"device": "cuda"})
+    message = "model.device: cuda is not available: this machine has no CUDA device"
+    assert_refused_at_start(train(config, check=False), message, tmp_path / "out")
+
+
+def test_output_dir_that_cannot_be_written_fails_at_start_with_one_line(tmp_path, tiny_models):
+    results = tmp_path / "results"
+    results.write_text("a file where the results folder should be")
+    config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], algorithm="sac", output_dir=str(results / "r"))
+    result = train(config, check=False)
+    assert_refused_at_start(
+        result, f"error: cannot write to output_dir {results / 'r'}: [Errno 20] Not a directory", results / "r"
+    )
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_read_only_run_directory_fails_at_start_with_one_line(tmp_path, tiny_models):
+    out = tmp_path / "out"
+    out.mkdir(mode=0o555)
+    config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], algorithm="sac")
+    result = train(config, check=False)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert f"cannot write to output_dir {out}: [Errno 13] Permission denied" in result.stderr
 
 
 def test_missing_model_says_how_to_stage_it(tmp_path):

@@ -16,7 +16,9 @@ Rules that the spec leaves open, fixed here:
 from __future__ import annotations
 
 import random
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
 
 from sacglam_core.envs.goals import Goal, GoalCatalog, catalog
 from sacglam_core.envs.objects import CATEGORIES, COLORS, KIND_BY_NAME, KINDS, ObjectKind
@@ -33,8 +35,8 @@ class EnvConfig:
     """Environment settings. `simplified` keeps only the simple goals (the paper's ablations use N=3)."""
 
     n_objects: int = 6
-    capacity: int = 2
-    max_steps: int = 20
+    capacity: Annotated[int, Field(ge=1)] = 2
+    max_steps: Annotated[int, Field(ge=1)] = 20
     simplified: bool = False
     split: Literal["train", "test"] = "train"
 
@@ -46,10 +48,6 @@ class EnvConfig:
                 f"EnvConfig.n_objects={self.n_objects} is too small: the "
                 f"{'simplified' if self.simplified else 'full'} goal set needs at least {needed} objects"
             )
-        if self.capacity < 1:
-            raise ValueError(f"EnvConfig.capacity must be at least 1, got {self.capacity}")
-        if self.max_steps < 1:
-            raise ValueError(f"EnvConfig.max_steps must be at least 1, got {self.max_steps}")
 
     @classmethod
     def simplified_variant(cls, **overrides: Any) -> EnvConfig:
@@ -106,13 +104,16 @@ class PlaygroundText:
         self.partner.reset()
         return self._observation(), self._info([])
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+    def check_action(self, action: str) -> None:
+        """Raise unless `action` can be taken now: RuntimeError when no episode runs, else InvalidActionError."""
         if self.goal is None or self.done:
             raise RuntimeError("the episode is over (or never started): call reset() first")
-        op = self._actions.get(action)
-        if op is None:
+        if action not in self._actions:
             raise InvalidActionError(f"invalid action {action!r}; valid actions now: {list(self._actions)}")
-        grasped, grown = self._apply(*op)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        self.check_action(action)
+        grasped, grown = self._apply(*self._actions[action])
         achieved = achieved_simple_goals(
             None if grasped < 0 else self.kinds[grasped].index, [self.kinds[s].index for s in grown]
         )

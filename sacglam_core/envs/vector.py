@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sacglam_core.envs.playground import EnvConfig, PlaygroundText
+from sacglam_core.envs.playground import EnvConfig, InvalidActionError, PlaygroundText
 
 
 def env_seeds(seed: int, num_envs: int) -> list[int]:
@@ -50,8 +50,14 @@ class VectorPlayground:
         return obs, self._stack([i for _, i in results], [None] * self.num_envs, [None] * self.num_envs)
 
     def step(self, actions: Sequence[str]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, dict]:
+        """Step every environment, or none: every action is checked before any environment steps."""
         if len(actions) != self.num_envs:
             raise ValueError(f"got {len(actions)} actions for {self.num_envs} environments")
+        for i, (env, action) in enumerate(zip(self.envs, actions)):
+            try:
+                env.check_action(action)
+            except InvalidActionError as error:
+                raise InvalidActionError(f"environment {i}: {error}") from None
         n = self.num_envs
         obs: list[str] = [""] * n
         infos: list[dict] = [{}] * n

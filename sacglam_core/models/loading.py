@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -24,10 +25,47 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
 
 
+# A tokenizer's vocabulary is in one of these (fast tokenizers, sentencepiece, BPE, WordPiece).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "vocab.json",
+    "vocab.txt",
+)
+
+
+def _folder_problem(name: str) -> str | None:
+    """What a local model folder lacks (None when it looks complete)."""
+    folder = Path(os.path.expanduser(name))
+    if not folder.is_dir():
+        return f"there is no model folder at {name!r}"
+    if not (folder / "config.json").is_file():
+        return f"the model folder {name!r} has no config.json"
+    if not any(folder.glob("*.safetensors")) and not any(folder.glob("*.bin")):
+        return f"the model folder {name!r} has no weights (*.safetensors or *.bin)"
+    if not any((folder / f).is_file() for f in TOKENIZER_FILES):
+        return f"the model folder {name!r} has no tokenizer vocabulary (none of {', '.join(TOKENIZER_FILES)})"
+    return None
+
+
+def _check_folder(config: ModelConfig) -> None:
+    """An existing local folder that lacks files is named with what it lacks (a T5 config without
+    tokenizer files would otherwise load a tokenizer with an empty vocabulary)."""
+    name = config.name_or_path
+    problem = _folder_problem(name) if config.is_local_path and Path(os.path.expanduser(name)).is_dir() else None
+    if problem:
+        raise ModelNotFoundError(
+            f"cannot load the model: {problem}. Save the complete model there (`save_pretrained` of the model and its "
+            f"tokenizer); tiny models are built offline with `python -m sacglam_core.models build-tiny <dir>`"
+        )
+
+
 def _not_found(config: ModelConfig, cause: Exception) -> ModelNotFoundError:
     name = config.name_or_path
     if config.is_local_path:
-        where = f"there is no model folder at {name!r}"
+        where = _folder_problem(name) or f"the model folder {name!r} cannot be loaded"
     else:
         cache = (
             config.cache_dir or os.environ.get("HF_HUB_CACHE") or os.environ.get("HF_HOME") or "~/.cache/huggingface"
@@ -56,6 +94,7 @@ def resolve_architecture(config: ModelConfig) -> Architecture:
 
 
 def load_tokenizer(config: ModelConfig):
+    _check_folder(config)
     try:
         return AutoTokenizer.from_pretrained(
             os.path.expanduser(config.name_or_path), cache_dir=config.cache_dir, local_files_only=hub_offline()
@@ -66,6 +105,7 @@ def load_tokenizer(config: ModelConfig):
 
 def load_model(config: ModelConfig) -> tuple[PreTrainedModel, Architecture]:
     """The model (peft-wrapped when LoRA is on) and its architecture."""
+    _check_folder(config)
     architecture = resolve_architecture(config)
     auto = AutoModelForSeq2SeqLM if architecture == "seq2seq" else AutoModelForCausalLM
     kwargs: dict = {"dtype": DTYPES[config.dtype], "cache_dir": config.cache_dir, "local_files_only": hub_offline()}

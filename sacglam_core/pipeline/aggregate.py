@@ -6,6 +6,7 @@ bootstrap confidence intervals and the probability of improvement between varian
 
 from __future__ import annotations
 
+import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sacglam_core.config import RunConfig, parse_config
+from sacglam_core.config import ConfigError, RunConfig, load_config
 from sacglam_core.envs import GoalType
 from sacglam_core.evaluation import metric_name
 from sacglam_core.pipeline.experiments import Run
@@ -24,14 +25,29 @@ GOAL_TYPE_COLUMNS = {t: metric_name(t) for t in GoalType}
 
 
 class MetricsFileError(ValueError):
-    """A metrics file that cannot be read; the message names the file."""
+    """A finished run's metrics (metrics.csv, done.json) or config.yaml that cannot be read; the message
+    names the file."""
+
+
+def _short_rows(path: Path) -> str | None:
+    """The first row with fewer fields than the header (pandas would fill them in silently), if any."""
+    with path.open(newline="", errors="replace") as f:
+        reader = csv.reader(f)
+        header = next(reader, [])
+        for row in reader:
+            if row and len(row) < len(header):
+                return f"line {reader.line_num} has {len(row)} fields, the header {len(header)}"
+    return None
 
 
 def read_metrics(path: Path) -> pd.DataFrame:
     try:
         table = pd.read_csv(path)
-    except (OSError, ValueError, pd.errors.ParserError) as error:
+        short = _short_rows(path)
+    except (OSError, ValueError, csv.Error, pd.errors.ParserError) as error:
         raise MetricsFileError(f"cannot read metrics file {path}: {error}") from None
+    if short:
+        raise MetricsFileError(f"metrics file {path} has a truncated row: {short}")
     missing = [c for c in REQUIRED_COLUMNS if c not in table.columns]
     if missing:
         raise MetricsFileError(f"metrics file {path} lacks the columns {missing}")
@@ -72,8 +88,6 @@ class Experiment:
 
 def load_experiment(name: str, runs: list[Run]) -> Experiment:
     """Metrics of the runs that finished (a done.json); the others are reported as missing seeds."""
-    import yaml
-
     frames, summaries, expected, configs = [], {}, {}, {}
     for run in runs:
         expected.setdefault(run.variant, []).append(run.seed)
@@ -85,15 +99,28 @@ def load_experiment(name: str, runs: list[Run]) -> Experiment:
         table.insert(0, "variant", run.variant)
         table["wall_hours"] = table["wall_seconds"] / 3600
         frames.append(table)
-        summaries[(run.variant, run.seed)] = json.loads(done.read_text())
+        summaries[(run.variant, run.seed)] = _read_summary(done)
         config_file = run.directory / "config.yaml"
         used = run.config
         if config_file.exists():
-            used = parse_config(yaml.safe_load(config_file.read_text()), str(config_file))
+            try:
+                used = load_config(config_file)
+            except ConfigError as error:
+                raise MetricsFileError(str(error)) from None
         configs.setdefault(run.variant, used)
     empty = pd.DataFrame(columns=["variant", "seed", *REQUIRED_COLUMNS])
     curves = pd.concat(frames, ignore_index=True) if frames else empty
     return Experiment(name, curves, summaries, expected, configs)
+
+
+def _read_summary(path: Path) -> dict:
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise MetricsFileError(f"cannot read run summary {path}: {error}") from None
+    if not isinstance(summary, dict):
+        raise MetricsFileError(f"run summary {path} is not a JSON object")
+    return summary
 
 
 # -- per-run statistics ---------------------------------------------------------------------------

@@ -7,6 +7,9 @@
 
     python -m sacglam_core.pipeline.claims mini   # prints each claim and exits 1 if one fails
 
+Exit status: 0 every claim holds, 1 a claim fails, 2 bad command line or experiment definition, 3 the
+claims cannot be evaluated (a finished run's metrics.csv, done.json or config.yaml cannot be read).
+
 The random policy is evaluated on the same evaluation plan (goals and scenes) as the runs.
 """
 
@@ -22,10 +25,17 @@ import numpy as np
 from sacglam_core.config import RunConfig
 from sacglam_core.distributed import Ranks
 from sacglam_core.evaluation import evaluate, random_policy
-from sacglam_core.pipeline.aggregate import Experiment, load_experiment, per_run, probability_of_improvement
+from sacglam_core.pipeline.aggregate import (
+    Experiment,
+    MetricsFileError,
+    load_experiment,
+    per_run,
+    probability_of_improvement,
+)
 from sacglam_core.pipeline.experiments import ExperimentError, expand, load_definitions
 
 CLAIM_KEYS = {"learns", "margin", "order"}
+EXIT_CANNOT_EVALUATE = 3
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     except ExperimentError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except MetricsFileError as error:
+        print(f"error: cannot evaluate the claims of {args.experiment!r}: {error}", file=sys.stderr)
+        return EXIT_CANNOT_EVALUATE
     if experiment.missing():
         print(f"missing seeds: {experiment.missing()}")
     for claim in results:
