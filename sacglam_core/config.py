@@ -78,12 +78,24 @@ class CriticConfig:
 
 @settings
 class SACConfig:
-    """Discrete SAC (paper Table 2). `warmup_updates`/`warmup_steps`: critic-only updates at the start."""
+    """Discrete SAC (paper Table 2).
+
+    Warm-up (paper section 2.2): only the critic learns until all three counts are reached. The default is
+    the first author's (MAGELLAN, magellan/main.py: `update_policy = warmup_updates < nb_updates`, where
+    nb_updates counts update cycles from 0 and its configs set warmup_updates: 10): the first 11 update
+    cycles, counted from the first cycle, the one when every rank's buffer first holds a batch.
+    `warmup_updates` counts gradient updates and `warmup_steps` environment steps instead.
+
+    `buffer_size` is the run's whole replay capacity: with data parallelism each rank holds its share of
+    the transitions (its own environments'), buffer_size // world, the first buffer_size % world ranks one
+    more, so that the ranks together hold exactly buffer_size.
+    """
 
     buffer_size: int = 100_000
     update_every: int = 32  # environment steps between update cycles
     updates_per_cycle: int = 2
     batch_size: int = 256
+    warmup_cycles: int = 11  # critic-only update cycles at the start (MAGELLAN's warm-up)
     warmup_updates: int = 0
     warmup_steps: int = 0
     learning_starts: int = 0  # environment steps before the first update (and the buffer must hold a batch)

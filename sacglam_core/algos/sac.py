@@ -8,8 +8,8 @@ The actor is the GLAM policy over each state's candidate actions; the critic an 
     L_pi   = E_{a~pi(.|s_t)}[alpha log pi(a|s_t) - Q(s_t, a)]                (exact expectation over candidates)
     L_alpha = E_{a~pi(.|s_t)}[-alpha (log pi(a|s_t) + H_target)]
 
-During the warm-up only the critic learns. Episodes enter the replay buffer when they end, with their
-hindsight copies when HER is on.
+During the warm-up (`warmup_cycles` update cycles by default, see SACConfig) only the critic learns.
+Episodes enter the replay buffer when they end, with their hindsight copies when HER is on.
 """
 
 from __future__ import annotations
@@ -138,7 +138,8 @@ class SAC:
         self._stats["critic_loss"].append(critic_loss.item())
         self._stats["mean_q"].append(q_taken.mean().item())
 
-        warming_up = self.updates < cfg.warmup_updates or env_steps < cfg.warmup_steps
+        cycle = self.updates // cfg.updates_per_cycle  # cycles completed before this update's
+        warming_up = cycle < cfg.warmup_cycles or self.updates < cfg.warmup_updates or env_steps < cfg.warmup_steps
         if not warming_up:
             policy, policy_pass = agent.policy(current, hidden=agent.critic.shares_policy_pass)
             with torch.no_grad():  # the actor's loss must not train the critic
