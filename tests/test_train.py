@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from sacglam_core.metrics import COLUMNS, TIMING_COLUMNS
@@ -206,7 +207,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("settings", [SAC_HER, PPO_CLIP_HER], ids=["sac", "ppo"])
+SAC_HER_SMALL_BUFFER = {**SAC_HER, "sac": {**SAC_HER["sac"], "buffer_size": 65}}
+
+
+@pytest.mark.parametrize("settings", [SAC_HER_SMALL_BUFFER, PPO_CLIP_HER], ids=["sac", "ppo"])
 def test_two_ranks_on_gloo_stay_in_sync(tmp_path, tiny_models, settings):
     config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], total_steps=128, **settings)
     launcher = [
@@ -234,3 +238,9 @@ def test_two_ranks_on_gloo_stay_in_sync(tmp_path, tiny_models, settings):
         "ckpt-000000128.rank0.pt",
         "ckpt-000000128.rank1.pt",
     ]
+    if settings["algorithm"] == "sac":  # sac.buffer_size is the run's capacity: the ranks share it, 33 + 32
+        buffers = [
+            torch.load(tmp_path / "out" / "checkpoints" / f"ckpt-000000128.rank{r}.pt", weights_only=True)["algo"]
+            for r in (0, 1)
+        ]
+        assert [b["buffer"]["size"] for b in buffers] == [33, 32]  # full: each rank added far more than its share

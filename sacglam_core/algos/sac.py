@@ -56,8 +56,12 @@ class SAC:
     def __init__(self, agent: GlamAgent, config: RunConfig, ranks: Ranks, goal_type_prior: np.ndarray) -> None:
         self.agent, self.config, self.cfg, self.ranks = agent, config, config.sac, ranks
         self.batch_size = max(1, self.cfg.batch_size // ranks.world)  # the global batch is split across ranks
-        self.buffer = ReplayBuffer(
-            self.cfg.buffer_size, self.cfg.n_step, self.cfg.gamma, goal_type_prior, seed=config.seed * 1000 + ranks.rank
+        self.buffer = ReplayBuffer(  # buffer_size is the run's capacity; this rank holds its share
+            ranks.share(self.cfg.buffer_size),
+            self.cfg.n_step,
+            self.cfg.gamma,
+            goal_type_prior,
+            seed=config.seed * 1000 + ranks.rank,
         )
         self.actor_params = agent.lm.parameters_of(DEFAULT)
         self.critic_params = list(agent.critic.head.parameters()) + agent.critic.trainable_lm_parameters(agent.lm)
