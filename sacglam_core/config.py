@@ -113,7 +113,12 @@ class SACConfig:
 
 @settings
 class PPOConfig:
-    """PPO-GLAM (paper Table 1) and its hindsight variants (Appendix G)."""
+    """PPO-GLAM (paper Table 1) and its hindsight variants (Appendix G).
+
+    Where the table is silent, GLAM's PPO updater (experiments/train_language_agent.py of
+    flowersteam/Grounding_LLMs_with_online_RL): the clipped value loss around the rollout's values with the
+    policy's clip radius, weighed by value_coef itself, and advantages used as GAE gives them.
+    """
 
     rollout_steps: int = 2048  # transitions collected between updates, all environments together
     epochs: int = 16
@@ -125,7 +130,8 @@ class PPOConfig:
     entropy_coef: float = 0.01
     value_coef: float = 0.5
     max_grad_norm: float = 0.5
-    normalize_advantages: bool = True
+    value_loss: Literal["clipped", "mse"] = "clipped"  # see algos/ppo.py
+    normalize_advantages: bool = False  # standardise each minibatch's advantages (GLAM does not)
     loss: Literal["clip", "kl"] = "clip"
     kl_coef: float = 0.1  # beta of the KL-penalised loss
     center_clip: bool = False  # clip around the first-epoch ratio of relabelled data, not 1

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from sacglam_core.agent import AgentConfig, GlamAgent
+from sacglam_core.algos.ppo import PPO, value_loss
 from sacglam_core.algos.sac import SAC
 from sacglam_core.config import SACConfig, parse_config
 from sacglam_core.distributed import Ranks
@@ -23,19 +24,26 @@ def run_config(model, algorithm: str, **settings):
     )
 
 
-def random_episodes(agent: GlamAgent, config, steps: int = 64) -> list:
-    """Finished episodes of the uniform random policy, recorded as the trainer records them."""
+def rollout(agent: GlamAgent, config, steps: int = 64, algo=None) -> tuple[list, EpisodeRecorder]:
+    """Finished episodes, recorded as the trainer records them, of `algo` acting (or the random policy)."""
     envs = VectorPlayground(config.num_envs, config.env, seed=0)
     recorder = EpisodeRecorder(agent.tokens)
     obs, infos = envs.reset()
     recorder.reset(infos["goal"], obs, infos["possible_actions"])
-    rng, episodes = random.Random(0), []
+    rng, generator, episodes = random.Random(0), torch.Generator().manual_seed(0), []
     for _ in range(steps // config.num_envs):
-        choices = [rng.randrange(len(c)) for c in recorder.candidates()]
-        actions = [ACTION_VOCABULARY[c[k]] for c, k in zip(recorder.candidates(), choices)]
-        obs, rewards, terminated, truncated, infos = envs.step(actions)
-        episodes += recorder.step(choices, rewards, terminated, truncated, obs, infos, {})
-    return episodes
+        candidates = recorder.candidates()
+        if algo is None:
+            choices, extras = [rng.randrange(len(c)) for c in candidates], {}
+        else:
+            tokens = [[agent.tokens.action(ACTION_VOCABULARY[a]) for a in c] for c in candidates]
+            batch = agent.batch_from_ids(recorder.prompts(), tokens, [c.tolist() for c in candidates])
+            choices, extras = algo.act(batch, generator)
+        obs, rewards, terminated, truncated, infos = envs.step(
+            [ACTION_VOCABULARY[c[k]] for c, k in zip(candidates, choices)]
+        )
+        episodes += recorder.step(choices, rewards, terminated, truncated, obs, infos, extras)
+    return episodes, recorder
 
 
 def sac_on_tiny(model, **sac):
@@ -45,7 +53,7 @@ def sac_on_tiny(model, **sac):
     torch.manual_seed(0)
     agent = GlamAgent.from_config(AgentConfig(config.model, critic=config.sac.critic), ACTION_VOCABULARY)
     algo = SAC(agent, config, Ranks(), goal_type_prior(config.env))
-    for episode in random_episodes(agent, config):
+    for episode in rollout(agent, config)[0]:
         algo.add(episode)
     return algo
 
@@ -91,3 +99,27 @@ def test_warmup_units(tiny_models, warmup, first_actor_cycle):
     for cycle in range(first_actor_cycle + 1):
         algo.update(None, env_steps=10_000 * (cycle + 1))
         assert ("actor" in calls) == (cycle >= first_actor_cycle), cycle
+
+
+def test_ppo_value_loss_is_clipped_around_the_rollouts_values(tiny_models):
+    config = run_config(tiny_models["tiny-causal"], "ppo", ppo={"rollout_steps": 64, "minibatch_size": 64})
+    torch.manual_seed(0)
+    agent = GlamAgent.from_config(AgentConfig(config.model, value_head=True), ACTION_VOCABULARY)
+    algo = PPO(agent, config, Ranks())
+    episodes, recorder = rollout(agent, config, algo=algo)
+    segments = episodes + recorder.cut()
+    data = algo._transitions(segments)
+    assert [t.old_value for t in data] == pytest.approx([v for s in segments for v in s.extras["value"]])
+    with torch.no_grad():  # pretend the value head moved far since the rollout: the clip must bind
+        agent.value_head.head[-1].bias += 1.0
+        batch = agent.batch_from_ids(
+            [t.prompt for t in data],
+            [[agent.tokens.action(ACTION_VOCABULARY[a]) for a in t.candidates] for t in data],
+            [list(t.candidates) for t in data],
+        )
+        values = agent.value(agent.policy(batch, hidden=True)[1])
+    old, returns = torch.tensor([t.old_value for t in data]), torch.tensor([t.ret for t in data])
+    algo._minibatch_step(data)
+    logged = algo.pop_stats()["value_loss"]
+    assert logged == pytest.approx(value_loss(values, old, returns, clip=0.2).item(), rel=1e-5)
+    assert logged != pytest.approx(value_loss(values, old, returns, clip=None).item(), rel=1e-3)
