@@ -26,12 +26,17 @@ class ConfigError(ValueError):
 
 @settings
 class LoraSettings:
-    """LoRA through peft. `target_modules="all-linear"` adapts every linear layer but the output head."""
+    """LoRA through peft. The defaults are the first author's (MAGELLAN, magellan/initializer.py: r=16,
+    alpha=32, no dropout, T5's attention query and value projections `q` and `v`). `target_modules=None`
+    takes peft's default for the architecture, which is exactly that (`q`, `v` for T5; `q_proj`,
+    `v_proj` for Llama, Mistral, Qwen, OPT...); `"all-linear"` adapts every linear layer but the output
+    head; or name the modules.
+    """
 
     r: int = 16
     alpha: int = 32
     dropout: float = 0.0
-    target_modules: tuple[str, ...] | str = "all-linear"
+    target_modules: tuple[str, ...] | str | None = None
 
 
 @settings

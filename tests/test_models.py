@@ -10,7 +10,7 @@ from sacglam_core.agent.policy import CandidateDistribution
 from sacglam_core.agent.tokens import PromptTokens
 from sacglam_core.config import LoraSettings, ModelConfig
 from sacglam_core.envs import VectorPlayground, prompt
-from sacglam_core.models.loading import ModelNotFoundError, load_model, load_tokenizer
+from sacglam_core.models.loading import ModelNotFoundError, load_model, load_tokenizer, lora_target_modules
 from sacglam_core.models.tiny import TinySpec, pretrain_prior, tiny_t5
 from sacglam_core.models.tokenizer import build_tokenizer
 
@@ -113,6 +113,22 @@ def test_lora_trains_only_adapters(tiny_path):
     assert {p.data_ptr() for p in lm.parameters_of()} == {
         p.data_ptr() for n, p in lm.model.named_parameters() if p.requires_grad
     }
+
+
+def adapted_modules(lm: GlamLM) -> set[str]:
+    return {name.rsplit(".", 1)[-1] for name, module in lm.model.named_modules() if hasattr(module, "lora_A")}
+
+
+def test_lora_defaults_to_the_first_authors_query_and_value(tiny_path):
+    """MAGELLAN (magellan/initializer.py): r=16, alpha=32, dropout 0, T5's `q` and `v` (`q_proj`, `v_proj`
+    for causal LMs), which is peft's own default per architecture."""
+    lora = LoraSettings()
+    assert (lora.r, lora.alpha, lora.dropout, lora.target_modules) == (16, 32, 0.0, None)
+    lm = load_lm(tiny_path, lora=lora)
+    expected = ["q", "v"] if "t5" in tiny_path else ["q_proj", "v_proj"]
+    assert adapted_modules(lm) == set(expected) and lora_target_modules(lm.model) == expected
+    every_linear = load_lm(tiny_path, lora=LoraSettings(target_modules="all-linear"))
+    assert adapted_modules(every_linear) > set(expected)
 
 
 def test_4bit_lora_gets_gradients_after_no_grad_rollout(tiny_path):

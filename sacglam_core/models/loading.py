@@ -13,7 +13,15 @@ from sacglam_core.config import LoraSettings, ModelConfig
 Architecture = Literal["seq2seq", "causal"]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
-__all__ = ["LoraSettings", "ModelConfig", "ModelNotFoundError", "load_model", "load_tokenizer", "stage"]
+__all__ = [
+    "LoraSettings",
+    "ModelConfig",
+    "ModelNotFoundError",
+    "load_model",
+    "load_tokenizer",
+    "lora_target_modules",
+    "stage",
+]
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -109,7 +117,9 @@ def _add_lora(model: PreTrainedModel, config: ModelConfig, architecture: Archite
     if config.load_in_4bit:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     lora = config.lora
-    targets = lora.target_modules if isinstance(lora.target_modules, str) else list(lora.target_modules)
+    targets = lora.target_modules
+    if targets is not None and not isinstance(targets, str):
+        targets = list(targets)
     peft_config = LoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,
@@ -118,6 +128,12 @@ def _add_lora(model: PreTrainedModel, config: ModelConfig, architecture: Archite
         task_type=TaskType.SEQ_2_SEQ_LM if architecture == "seq2seq" else TaskType.CAUSAL_LM,
     )
     return get_peft_model(model, peft_config)
+
+
+def lora_target_modules(model: PreTrainedModel) -> list[str] | None:
+    """The kinds of module (last name part) the LoRA adapters sit on, as peft resolved them; None without LoRA."""
+    config = getattr(model, "peft_config", {}).get("default")
+    return None if config is None else sorted({name.rsplit(".", 1)[-1] for name in config.target_modules})
 
 
 def stage(name: str, cache_dir: str | None) -> str:
