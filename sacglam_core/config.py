@@ -44,13 +44,17 @@ class ModelConfig:
     """Which LLM to load and how.
 
     `name_or_path` is a hub id (`google/flan-t5-base`) or a local folder. `architecture="auto"` reads it
-    from the model's config. `load_in_4bit` quantizes to nf4 with double quantization and bf16 compute
-    (QLoRA), and then needs LoRA, since 4-bit weights cannot be trained.
+    from the model's config. `dtype="auto"` computes in bf16 on GPUs that support it natively (compute
+    capability 8.0 and later), in fp16 on older GPUs such as the V100 when LoRA is on (the adapters and
+    heads that train stay fp32 and the losses go through a GradScaler), and in fp32 otherwise (CPU, or an
+    old GPU without LoRA, whose trained weights would be fp16). `load_in_4bit` quantizes to nf4 with
+    double quantization, computing in that dtype (QLoRA), and then needs LoRA, since 4-bit weights cannot
+    be trained.
     """
 
     name_or_path: str
     architecture: Literal["auto", "seq2seq", "causal"] = "auto"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     device: str = "cpu"
     lora: LoraSettings | None = None
     load_in_4bit: bool = False
@@ -65,6 +69,11 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.load_in_4bit and self.lora is None:
             raise ValueError("model.load_in_4bit needs model.lora: 4-bit weights can only be trained through adapters")
+        if self.dtype == "float16" and self.lora is None:
+            raise ValueError(
+                "model.dtype=float16 needs model.lora: fp16 training keeps the trained adapters in fp32 under a "
+                "gradient scaler; without LoRA the weights themselves would train in fp16 (use float32 or bfloat16)"
+            )
 
 
 @settings

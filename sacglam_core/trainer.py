@@ -33,6 +33,7 @@ from sacglam_core.envs import VectorPlayground
 from sacglam_core.envs.playground import ACTION_VOCABULARY
 from sacglam_core.evaluation import agent_policy, evaluate, goal_type_prior
 from sacglam_core.metrics import MetricsFile
+from sacglam_core.models.loading import lora_target_modules
 from sacglam_core.trajectories import EpisodeRecorder
 
 
@@ -125,7 +126,7 @@ class Trainer:
         checksums = self._check_in_sync()
         if self.ranks.is_main:
             summary = {"env_steps": self.env_steps, "wall_seconds": self.elapsed, "eval_success": self._last_success,
-                       "world": self.ranks.world, "weight_checksums": checksums, **self._hardware(),
+                       "world": self.ranks.world, "weight_checksums": checksums, **self._hardware(), **self._as_run(),
                        "fingerprint": self.config.fingerprint}  # fmt: skip
             atomic_write(self.out / "done.json", json.dumps(summary, indent=1).encode())
         return 0
@@ -136,6 +137,10 @@ class Trainer:
         if device.type != "cuda":
             return {"gpus": 0, "gpu_name": None}
         return {"gpus": self.ranks.world, "gpu_name": torch.cuda.get_device_name(device)}
+
+    def _as_run(self) -> dict:
+        """Settings resolved at run time (for the hyperparameter tables): compute dtype, LoRA's modules."""
+        return {"dtype": self.agent.compute_dtype, "lora_target_modules": lora_target_modules(self.agent.lm.model)}
 
     def _should_stop(self, stop_at_steps: int | None, stop: threading.Event | None) -> bool:
         requested = stop is not None and stop.is_set()

@@ -1,5 +1,6 @@
 """SAC-GLAM and PPO-GLAM updates on the tiny model: the critic warm-up and the optimizer steps."""
 
+import math
 import random
 
 import pytest
@@ -18,10 +19,9 @@ from sacglam_core.trajectories import EpisodeRecorder
 TINY_ENV = {"n_objects": 3, "simplified": True, "max_steps": 8}
 
 
-def run_config(model, algorithm: str, **settings):
-    return parse_config(
-        {"algorithm": algorithm, "model": {"name_or_path": str(model)}, "num_envs": 8, "env": TINY_ENV, **settings}
-    )
+def run_config(model, algorithm: str, model_options: dict | None = None, **settings):
+    model = {"name_or_path": str(model), **(model_options or {})}
+    return parse_config({"algorithm": algorithm, "model": model, "num_envs": 8, "env": TINY_ENV, **settings})
 
 
 def rollout(agent: GlamAgent, config, steps: int = 64, algo=None) -> tuple[list, EpisodeRecorder]:
@@ -46,10 +46,9 @@ def rollout(agent: GlamAgent, config, steps: int = 64, algo=None) -> tuple[list,
     return episodes, recorder
 
 
-def sac_on_tiny(model, **sac):
-    config = run_config(
-        model, "sac", sac={"batch_size": 8, "critic": {"input": "decoded_action", "hidden_units": 32}, **sac}
-    )
+def sac_on_tiny(model, model_options: dict | None = None, **sac):
+    critic = {"input": "decoded_action", "hidden_units": 32}
+    config = run_config(model, "sac", model_options, sac={"batch_size": 8, "critic": critic, **sac})
     torch.manual_seed(0)
     agent = GlamAgent.from_config(AgentConfig(config.model, critic=config.sac.critic), ACTION_VOCABULARY)
     algo = SAC(agent, config, Ranks(), goal_type_prior(config.env))
@@ -123,3 +122,28 @@ def test_ppo_value_loss_is_clipped_around_the_rollouts_values(tiny_models):
     logged = algo.pop_stats()["value_loss"]
     assert logged == pytest.approx(value_loss(values, old, returns, clip=0.2).item(), rel=1e-5)
     assert logged != pytest.approx(value_loss(values, old, returns, clip=None).item(), rel=1e-3)
+
+
+FP16_LORA = {"dtype": "float16", "lora": {"r": 4}}
+
+
+@pytest.mark.parametrize("model_options, scaled", [(FP16_LORA, True), ({}, False)], ids=["fp16", "fp32"])
+def test_fp16_updates_scale_the_loss_of_fp32_trained_weights(tiny_models, model_options, scaled):
+    algo = sac_on_tiny(tiny_models["tiny-t5"], model_options, warmup_cycles=0)
+    trained = algo.actor_params + algo.critic_params
+    assert all(p.dtype == torch.float32 for p in trained)  # LoRA adapters and heads: the scaler unscales them
+    assert any(p.dtype == torch.float16 for p in algo.agent.lm.model.parameters()) == scaled
+    before = [p.detach().clone() for p in trained]
+    algo.update(None, env_steps=10_000)
+    stats = algo.pop_stats()
+    assert all(math.isfinite(stats[k]) for k in ("critic_loss", "actor_loss", "mean_q", "entropy"))
+    assert all(not torch.equal(a, p) for a, p in zip(before, trained) if p.grad is not None)
+    scalers = algo.state_dict()["scalers"]
+    assert len(scalers) == 3 and all(bool(s) == scaled for s in scalers)  # a disabled scaler has no state
+    if scaled:
+        assert algo.scalers[algo.critic_optimizer].get_scale() > 1  # losses are multiplied before backward
+
+    ppo_config = run_config(tiny_models["tiny-causal"], "ppo", model_options, ppo={"rollout_steps": 32})
+    agent = GlamAgent.from_config(AgentConfig(ppo_config.model, value_head=True), ACTION_VOCABULARY)
+    ppo = PPO(agent, ppo_config, Ranks())
+    assert ppo.scaler.is_enabled() == scaled and bool(ppo.state_dict()["scaler"]) == scaled

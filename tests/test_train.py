@@ -98,6 +98,7 @@ def test_run_writes_metrics_config_and_done_marker(reference):
     assert float(last["updates_per_s"]) > 0 and float(last["wall_seconds"]) > 0
     done = json.loads((out / "done.json").read_text())
     assert done["env_steps"] == 384
+    assert done["dtype"] == "float32" and done["lora_target_modules"] is None  # as run: auto is float32 on CPU
     assert yaml.safe_load((out / "config.yaml").read_text())["her"]["enabled"] is True
     ppo = rows(reference["ppo_clip_her"])[-1]
     assert all(ppo[c] not in ("", "nan") for c in ("policy_loss", "value_loss", "entropy", "clipfrac", "her_share"))

@@ -30,6 +30,7 @@ import torch
 
 from sacglam_core.agent import CandidateBatch, CandidateDistribution, GlamAgent
 from sacglam_core.agent.lm import DEFAULT
+from sacglam_core.algos.precision import grad_scaler
 from sacglam_core.config import RunConfig
 from sacglam_core.distributed import Ranks
 from sacglam_core.envs.playground import ACTION_VOCABULARY
@@ -99,6 +100,7 @@ class PPO:
         self.minibatches = max(1, math.ceil(self.cfg.rollout_steps / self.cfg.minibatch_size))
         self.params = agent.lm.parameters_of(DEFAULT) + list(agent.value_head.parameters())
         self.optimizer = torch.optim.Adam(self.params, lr=self.cfg.lr)
+        self.scaler = grad_scaler(agent)
         self.generator = torch.Generator().manual_seed(config.seed * 1000 + ranks.rank)
         self.updates = 0
         self.segments: list[Episode] = []
@@ -225,10 +227,12 @@ class PPO:
         entropy = policy.entropy().mean()
         loss = ppo_objective(pg_loss, entropy, v_loss, cfg.entropy_coef, cfg.value_coef)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        self.scaler.scale(loss).backward()  # the scaler is a no-op unless the LLM computes in fp16
         self.ranks.average_gradients(self.params)
+        self.scaler.unscale_(self.optimizer)
         torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         with torch.no_grad():
             self._stats["approx_kl"].append(((ratio - 1) - (logp - old_logp)).mean().item())
         self._stats["policy_loss"].append(pg_loss.item())
@@ -242,11 +246,12 @@ class PPO:
 
     # -- checkpointing ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "updates": self.updates}
+        return {"optimizer": self.optimizer.state_dict(), "updates": self.updates, "scaler": self.scaler.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = state["updates"]
+        self.scaler.load_state_dict(state["scaler"])
 
     def local_state_dict(self) -> dict:
         return {

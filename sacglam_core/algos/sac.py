@@ -22,6 +22,7 @@ import torch
 
 from sacglam_core.agent import CandidateBatch, CandidateDistribution, GlamAgent
 from sacglam_core.agent.lm import DEFAULT
+from sacglam_core.algos.precision import grad_scaler
 from sacglam_core.config import RunConfig
 from sacglam_core.distributed import Ranks
 from sacglam_core.envs.playground import ACTION_VOCABULARY
@@ -69,6 +70,9 @@ class SAC:
         self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=self.cfg.critic_lr)
         self.log_alpha = torch.tensor(math.log(self.cfg.alpha_init), device=agent.lm.device, requires_grad=True)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=self.cfg.alpha_lr)
+        self.scalers = {
+            o: grad_scaler(agent) for o in (self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer)
+        }
         self.updates = 0
         tokens = agent.tokens
         self._action_tokens = [tokens.action(a) for a in ACTION_VOCABULARY]
@@ -165,11 +169,14 @@ class SAC:
     def _step(self, optimizer: torch.optim.Optimizer, params: list, loss: torch.Tensor, clip: bool = True) -> None:
         for group in (self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer):
             group.zero_grad(set_to_none=True)
-        loss.backward()
+        scaler = self.scalers[optimizer]  # a no-op unless the LLM computes in fp16
+        scaler.scale(loss).backward()
         self.ranks.average_gradients(params)
+        scaler.unscale_(optimizer)
         if clip and self.cfg.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
-        optimizer.step()
+        scaler.step(optimizer)  # skipped when a gradient overflowed, then the scale shrinks
+        scaler.update()
 
     def pop_stats(self) -> dict[str, float]:
         """Means since the last call, with the current alpha and HER share."""
@@ -185,6 +192,7 @@ class SAC:
             "alpha_optimizer": self.alpha_optimizer.state_dict(),
             "log_alpha": self.log_alpha.detach().clone(),
             "updates": self.updates,
+            "scalers": [scaler.state_dict() for scaler in self.scalers.values()],
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -194,6 +202,8 @@ class SAC:
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
         self.updates = state["updates"]
+        for scaler, scaler_state in zip(self.scalers.values(), state["scalers"], strict=True):
+            scaler.load_state_dict(scaler_state)
 
     def local_state_dict(self) -> dict:
         """State that differs between ranks: the replay buffer of this rank's environments (and the

@@ -20,6 +20,7 @@ __all__ = [
     "load_model",
     "load_tokenizer",
     "lora_target_modules",
+    "resolve_dtype",
     "stage",
 ]
 
@@ -72,11 +73,30 @@ def load_tokenizer(config: ModelConfig):
         raise _not_found(config, error) from error
 
 
+def dtype_for_gpu(capability: tuple[int, int], lora: bool) -> str:
+    """`dtype: auto` on a GPU of this compute capability: bf16 where it is native (sm_80 and later), else fp16
+    when the trained weights are fp32 LoRA adapters (loss-scaled), else fp32."""
+    if capability >= (8, 0):
+        return "bfloat16"
+    return "float16" if lora else "float32"
+
+
+def resolve_dtype(config: ModelConfig) -> str:
+    """The dtype the model computes in: `config.dtype`, or for `auto` the choice for its device."""
+    if config.dtype != "auto":
+        return config.dtype
+    device = "cuda" if config.device == "auto" and torch.cuda.is_available() else config.device
+    if torch.device(device).type != "cuda":
+        return "float32"
+    return dtype_for_gpu(tuple(torch.cuda.get_device_capability(device)), lora=config.lora is not None)
+
+
 def load_model(config: ModelConfig) -> tuple[PreTrainedModel, Architecture]:
     """The model (peft-wrapped when LoRA is on) and its architecture."""
     architecture = resolve_architecture(config)
     auto = AutoModelForSeq2SeqLM if architecture == "seq2seq" else AutoModelForCausalLM
-    kwargs: dict = {"dtype": DTYPES[config.dtype], "cache_dir": config.cache_dir, "local_files_only": hub_offline()}
+    dtype = DTYPES[resolve_dtype(config)]
+    kwargs: dict = {"dtype": dtype, "cache_dir": config.cache_dir, "local_files_only": hub_offline()}
     if config.load_in_4bit:
         from transformers import BitsAndBytesConfig
 
@@ -84,7 +104,7 @@ def load_model(config: ModelConfig) -> tuple[PreTrainedModel, Architecture]:
             load_in_4bit=True,
             bnb_4bit_quant_type="nf4",
             bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=torch.bfloat16,
+            bnb_4bit_compute_dtype=dtype,
         )
         kwargs["device_map"] = {"": config.device}
     try:
