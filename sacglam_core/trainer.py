@@ -64,6 +64,7 @@ class Trainer:
         self.env_steps = self.episodes = self.eval_rounds = 0
         self.window = [0, 0]  # training episodes finished and succeeded since the last metrics row
         self.elapsed = 0.0
+        self.train_seconds = 0.0  # time spent acting and updating (the loop without evaluations and checkpoints)
         self.last_row = (0.0, 0, 0)  # wall seconds, env steps, updates at the last metrics row
         self._last_success = float("nan")
 
@@ -90,6 +91,7 @@ class Trainer:
             mininterval=1 if sys.stderr.isatty() else 30,
         )
         while self.env_steps < total:
+            tick = time.perf_counter()
             candidates = self.recorder.candidates()
             batch = self.agent.batch_from_ids(
                 self.recorder.prompts(),
@@ -109,6 +111,7 @@ class Trainer:
             updates_before = self.algo.updates
             if self.algo.update_due(self.env_steps):
                 self.algo.update(self.recorder, self.env_steps)
+            self.train_seconds += time.perf_counter() - tick
             self.elapsed = time.perf_counter() - started
             if self.env_steps % self.config.eval.every_steps < self.config.num_envs or self.env_steps >= total:
                 self._log_row()
@@ -125,7 +128,8 @@ class Trainer:
         self._save()
         checksums = self._check_in_sync()
         if self.ranks.is_main:
-            summary = {"env_steps": self.env_steps, "wall_seconds": self.elapsed, "eval_success": self._last_success,
+            summary = {"env_steps": self.env_steps, "wall_seconds": self.elapsed, "train_seconds": self.train_seconds,
+                       "eval_success": self._last_success,
                        "world": self.ranks.world, "weight_checksums": checksums, **self._hardware(), **self._as_run(),
                        "fingerprint": self.config.fingerprint}  # fmt: skip
             atomic_write(self.out / "done.json", json.dumps(summary, indent=1).encode())
@@ -159,6 +163,7 @@ class Trainer:
         row = {
             "env_steps": self.env_steps,
             "wall_seconds": self.elapsed,
+            "train_seconds": self.train_seconds,
             "episodes": self.episodes,
             "train_success": successes / episodes if episodes else float("nan"),
             **metrics,
@@ -195,6 +200,7 @@ class Trainer:
                 "eval_rounds": self.eval_rounds,
                 "metrics_rows": self.metrics.rows,
                 "elapsed": self.elapsed,
+                "train_seconds": self.train_seconds,
                 "last_row": list(self.last_row),
                 "last_success": self._last_success,
             },  # fmt: skip
@@ -232,6 +238,7 @@ class Trainer:
             tuple(counters["last_row"]),
             counters["last_success"],
         )
+        self.train_seconds = counters["train_seconds"]
         self.envs.load_state_dict(local["envs"])
         self.recorder.load_state_dict(local["recorder"])
         self.algo.load_local_state_dict(local["algo"])

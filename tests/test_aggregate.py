@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -21,7 +22,8 @@ from sacglam_core.pipeline.aggregate import (
     summary_table,
 )
 from sacglam_core.pipeline.claims import check
-from sacglam_core.pipeline.experiments import ExperimentError, Run, expand
+from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load_definitions
+from sacglam_core.pipeline.figures import curves_figure
 from sacglam_core.pipeline.outputs import expected_outputs, write_experiment_results
 from sacglam_core.pipeline.tables import hyperparameters
 
@@ -36,6 +38,7 @@ DEFINITIONS = {
     },
 }
 STEPS = [0, 100, 200, 300, 400]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def write_run(run: Run, success: list[float], finished: bool = True) -> None:
@@ -43,7 +46,8 @@ def write_run(run: Run, success: list[float], finished: bool = True) -> None:
     rows = []
     for i, (step, s) in enumerate(zip(STEPS, success)):
         row = dict.fromkeys(COLUMNS, "")
-        row |= {"env_steps": step, "wall_seconds": 36.0 * i, "eval_success": s, "eval_success_grasp": s,
+        row |= {"env_steps": step, "wall_seconds": 36.0 * i, "train_seconds": 30.0 * i, "eval_success": s,
+                "eval_success_grasp": s,
                 "eval_success_grow": s / 2, "eval_success_test": s / 4, "her_share": 0.1 * i}  # fmt: skip
         rows.append(row)
     pd.DataFrame(rows, columns=COLUMNS).to_csv(run.directory / "metrics.csv", index=False)
@@ -78,6 +82,20 @@ def test_curves_mean_and_std_across_seeds(experiment_dir):
     assert curves.loc[("PPO", 400), "seeds"] == 2
     hours = curves_mean_std(experiment, x="wall_hours").set_index(["variant", "env_steps"])
     assert hours.loc[("PPO", 200), "x"] == pytest.approx(72 / 3600)
+    training = curves_mean_std(experiment, x="train_hours").set_index(["variant", "env_steps"])
+    assert training.loc[("PPO", 200), "x"] == pytest.approx(60 / 3600)
+
+
+def test_figure_2_plots_success_against_training_time(experiment_dir):
+    """The paper's time panel: acting and updates only, as evaluations and checkpoints weigh differently
+    on PPO and SAC."""
+    _, runs = experiment_dir
+    main = load_definitions(ROOT / "workflow" / "config" / "experiments.yaml")["experiments"]["main"]
+    assert main["figures"]["figure2"]["x"] == ["env_steps", "train_hours"]
+    figure = curves_figure(load_experiment("demo", runs), main["figures"]["figure2"], "Figure 2")
+    time = figure.axes[1]
+    assert time.get_xlabel().startswith("training time (minutes)") and "without evaluation" in time.get_xlabel()
+    assert time.lines[0].get_xdata().max() == pytest.approx(120 / 60)  # 30 s per evaluation interval, in minutes
 
 
 def test_auc_and_steps_to_threshold():

@@ -96,9 +96,14 @@ def test_run_writes_metrics_config_and_done_marker(reference):
         assert last[column] not in ("", "nan"), column
     assert 0 < float(last["her_share"]) < 1
     assert float(last["updates_per_s"]) > 0 and float(last["wall_seconds"]) > 0
+    # training time (acting and updates) leaves out the evaluations and checkpoints that wall time includes
+    train_seconds = [float(r["train_seconds"]) for r in table]
+    assert train_seconds[0] == 0 and train_seconds == sorted(train_seconds) and train_seconds[-1] > 0
+    assert all(float(r["train_seconds"]) < float(r["wall_seconds"]) for r in table[1:])
     done = json.loads((out / "done.json").read_text())
     assert done["env_steps"] == 384
     assert done["dtype"] == "float32" and done["lora_target_modules"] is None  # as run: auto is float32 on CPU
+    assert done["train_seconds"] == train_seconds[-1] < done["wall_seconds"]
     assert yaml.safe_load((out / "config.yaml").read_text())["her"]["enabled"] is True
     ppo = rows(reference["ppo_clip_her"])[-1]
     assert all(ppo[c] not in ("", "nan") for c in ("policy_loss", "value_loss", "entropy", "clipfrac", "her_share"))
