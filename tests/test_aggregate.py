@@ -54,7 +54,8 @@ def write_run(run: Run, success: list[float], finished: bool = True) -> None:
     pd.DataFrame(rows, columns=COLUMNS).to_csv(run.directory / "metrics.csv", index=False)
     (run.directory / "config.yaml").write_text(dump_config(run.config))  # as the trainer writes it
     if finished:
-        (run.directory / "done.json").write_text(json.dumps({"env_steps": 400, "wall_seconds": 144.0, "gpus": 4}))
+        done = {"env_steps": 400, "wall_seconds": 144.0, "gpus": 4, "dtype": "bfloat16", "lora_target_modules": None}
+        (run.directory / "done.json").write_text(json.dumps(done))
 
 
 @pytest.fixture
@@ -167,6 +168,7 @@ def test_hyperparameter_tables_come_from_the_configs(experiment_dir):
     table3 = table[table["table"] == "Table 3: SAC-GLAM+HER"].set_index("parameter")
     assert table3.loc["Critic warm-up (update cycles)", "SAC+HER"] == 11
     assert table3.loc["LoRA target modules", "paper"] == "default" and table3.loc["Compute dtype", "paper"] == "auto"
+    assert table3.loc["Compute dtype", "SAC+HER"] == "auto: bfloat16"  # what `auto` became in the runs (done.json)
     differs = table3[DIFFERS]
     # the demo leaves SAC-GLAM+HER's entropy settings (Appendix C: 0.05 and 0.01) at SAC-GLAM's defaults
     assert (
