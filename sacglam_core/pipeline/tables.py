@@ -67,9 +67,9 @@ COMMON_ROWS = [
 # Settings that do not change what a run learns, left out of the comparison with the paper.
 NOT_COMPARED = ("output_dir", "seed", "threads", "model.device", "model.cache_dir", "checkpoint.")
 
-# The paper's settings for Figure 2: RunConfig's defaults (Tables 1-3, and the first author's code where
-# the paper is silent), the model of section 3 and Appendix C (Flan-T5-base, LoRA, 4-bit), and per
-# variant Appendix C's entropy settings for SAC-GLAM+HER.
+# The paper's settings for Figure 2: RunConfig's defaults (Tables 1-3; where the paper is silent, the first
+# author's code, else documented choices such as the horizon), the model of section 3 and Appendix C
+# (Flan-T5-base, LoRA, 4-bit), and per variant Appendix C's entropy settings for SAC-GLAM+HER.
 PAPER_MODEL = {"model": {"name_or_path": "google/flan-t5-base", "lora": {}, "load_in_4bit": True}}
 PAPER_VARIANTS = {
     "ppo": {"algorithm": "ppo"},
@@ -230,8 +230,8 @@ def write_tables(experiment: Experiment, out: Path) -> list[Path]:
     table = hyperparameters(experiment)
     note = (
         "From the runs' config.yaml (and done.json for what `auto` resolved to). Column `paper`: the paper's "
-        "Tables 1-3, Appendix C and, where the paper is silent, the first author's code; settings in bold "
-        f"(named in `{DIFFERS}`) differ from it."
+        "Tables 1-3 and Appendix C; where the paper is silent, the first author's code, else this project's "
+        f"documented defaults (sacglam_core/config.py). Settings in bold (named in `{DIFFERS}`) differ from it."
     )
     paths += write_table(table, out / "hyperparameters", hyperparameters_markdown(table), note=note)
     return paths
