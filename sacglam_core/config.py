@@ -34,12 +34,17 @@ DEVICE = re.compile(r"cpu|cuda|cuda:\d+|auto")
 
 @settings
 class LoraSettings:
-    """LoRA through peft. `target_modules="all-linear"` adapts every linear layer but the output head."""
+    """LoRA through peft. The defaults are the first author's (MAGELLAN, magellan/initializer.py: r=16,
+    alpha=32, no dropout, T5's attention query and value projections `q` and `v`). `target_modules=None`
+    takes peft's default for the architecture, which is exactly that (`q`, `v` for T5; `q_proj`,
+    `v_proj` for Llama, Mistral, Qwen, OPT...); `"all-linear"` adapts every linear layer but the output
+    head; or name the modules.
+    """
 
     r: Positive = 16
     alpha: Positive = 32
     dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
-    target_modules: tuple[str, ...] | str = "all-linear"
+    target_modules: tuple[str, ...] | str | None = None
 
 
 @settings
@@ -47,13 +52,17 @@ class ModelConfig:
     """Which LLM to load and how.
 
     `name_or_path` is a hub id (`google/flan-t5-base`) or a local folder. `architecture="auto"` reads it
-    from the model's config. `load_in_4bit` quantizes to nf4 with double quantization and bf16 compute
-    (QLoRA), and then needs LoRA, since 4-bit weights cannot be trained.
+    from the model's config. `dtype="auto"` computes in bf16 on GPUs that support it natively (compute
+    capability 8.0 and later), in fp16 on older GPUs such as the V100 when LoRA is on (the adapters and
+    heads that train stay fp32 and the losses go through a GradScaler), and in fp32 otherwise (CPU, or an
+    old GPU without LoRA, whose trained weights would be fp16). `load_in_4bit` quantizes to nf4 with
+    double quantization, computing in that dtype (QLoRA), and then needs LoRA, since 4-bit weights cannot
+    be trained.
     """
 
     name_or_path: str
     architecture: Literal["auto", "seq2seq", "causal"] = "auto"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     device: str = "cpu"
     lora: LoraSettings | None = None
     load_in_4bit: bool = False
@@ -75,6 +84,11 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.load_in_4bit and self.lora is None:
             raise ValueError("model.load_in_4bit needs model.lora: 4-bit weights can only be trained through adapters")
+        if self.dtype == "float16" and self.lora is None:
+            raise ValueError(
+                "model.dtype=float16 needs model.lora: fp16 training keeps the trained adapters in fp32 under a "
+                "gradient scaler; without LoRA the weights themselves would train in fp16 (use float32 or bfloat16)"
+            )
 
 
 @settings
@@ -93,12 +107,24 @@ class CriticConfig:
 
 @settings
 class SACConfig:
-    """Discrete SAC (paper Table 2). `warmup_updates`/`warmup_steps`: critic-only updates at the start."""
+    """Discrete SAC (paper Table 2).
+
+    Warm-up (paper section 2.2): only the critic learns until all three counts are reached. The default is
+    the first author's (MAGELLAN, magellan/main.py: `update_policy = warmup_updates < nb_updates`, where
+    nb_updates counts update cycles from 0 and its configs set warmup_updates: 10): the first 11 update
+    cycles, counted from the first cycle, the one when every rank's buffer first holds a batch.
+    `warmup_updates` counts gradient updates and `warmup_steps` environment steps instead.
+
+    `buffer_size` is the run's whole replay capacity: with data parallelism each rank holds its share of
+    the transitions (its own environments'), buffer_size // world, the first buffer_size % world ranks one
+    more, so that the ranks together hold exactly buffer_size.
+    """
 
     buffer_size: Positive = 100_000
     update_every: Positive = 32  # environment steps between update cycles
     updates_per_cycle: Positive = 2
     batch_size: Positive = 256
+    warmup_cycles: NonNegative = 11  # critic-only update cycles at the start (MAGELLAN's warm-up)
     warmup_updates: NonNegative = 0
     warmup_steps: NonNegative = 0
     learning_starts: NonNegative = 0  # environment steps before the first update (and the buffer must hold a batch)
@@ -116,7 +142,12 @@ class SACConfig:
 
 @settings
 class PPOConfig:
-    """PPO-GLAM (paper Table 1) and its hindsight variants (Appendix G)."""
+    """PPO-GLAM (paper Table 1) and its hindsight variants (Appendix G).
+
+    Where the table is silent, GLAM's PPO updater (experiments/train_language_agent.py of
+    flowersteam/Grounding_LLMs_with_online_RL): the clipped value loss around the rollout's values with the
+    policy's clip radius, weighed by value_coef itself, and advantages used as GAE gives them.
+    """
 
     rollout_steps: Positive = 2048  # transitions collected between updates, all environments together
     epochs: Positive = 16
@@ -128,7 +159,8 @@ class PPOConfig:
     entropy_coef: Annotated[float, Field(ge=0)] = 0.01
     value_coef: Annotated[float, Field(ge=0)] = 0.5
     max_grad_norm: Rate = 0.5
-    normalize_advantages: bool = True
+    value_loss: Literal["clipped", "mse"] = "clipped"  # see algos/ppo.py
+    normalize_advantages: bool = False  # standardise each minibatch's advantages (GLAM does not)
     loss: Literal["clip", "kl"] = "clip"
     kl_coef: Annotated[float, Field(ge=0)] = 0.1  # beta of the KL-penalised loss
     center_clip: bool = False  # clip around the first-epoch ratio of relabelled data, not 1

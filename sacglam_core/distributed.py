@@ -30,6 +30,11 @@ class Ranks:
     def active(self) -> bool:
         return self.world > 1
 
+    def share(self, total: int) -> int:
+        """This rank's part of `total` split over the ranks: total // world, and one more on each of the
+        first total % world ranks, so that the parts add up to `total`."""
+        return total // self.world + int(self.rank < total % self.world)
+
     def average_gradients(self, params: list[torch.nn.Parameter]) -> None:
         """All-reduce (mean) the gradients of `params`; a missing gradient counts as zero."""
         if not self.active or not params:

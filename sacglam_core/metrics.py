@@ -13,6 +13,7 @@ from sacglam_core.envs import GoalType
 COLUMNS = [
     "env_steps",
     "wall_seconds",
+    "train_seconds",  # acting and updates only: wall_seconds less evaluations and checkpoints
     "updates",
     "episodes",
     "train_success",
@@ -33,7 +34,7 @@ COLUMNS = [
     "updates_per_s",
     "env_steps_per_s",
 ]
-TIMING_COLUMNS = ("wall_seconds", "updates_per_s", "env_steps_per_s")
+TIMING_COLUMNS = ("wall_seconds", "train_seconds", "updates_per_s", "env_steps_per_s")
 
 
 class MetricsFile:

@@ -37,6 +37,7 @@ from sacglam_core.envs.playground import ACTION_VOCABULARY
 from sacglam_core.evaluation import agent_policy, evaluate, goal_type_prior
 from sacglam_core.lease import LeaseHeldError, RunLease
 from sacglam_core.metrics import MetricsFile
+from sacglam_core.models.loading import lora_target_modules
 from sacglam_core.trajectories import EpisodeRecorder
 
 # What a checkpoint holds; 1 was before checkpoints carried the metrics rows and the thread count.
@@ -91,6 +92,7 @@ class Trainer:
         self.env_steps = self.episodes = self.eval_rounds = 0
         self.window = [0, 0]  # training episodes finished and succeeded since the last metrics row
         self.elapsed = 0.0
+        self.train_seconds = 0.0  # time spent acting and updating (the loop without evaluations and checkpoints)
         self.last_row = (0.0, 0, 0)  # wall seconds, env steps, updates at the last metrics row
         self._last_success = float("nan")
         self._saved_at = -1  # env steps of the last checkpoint this process wrote or resumed from
@@ -155,6 +157,7 @@ class Trainer:
             if self._should_stop(stop_at_steps, stop):
                 bar.close()
                 return self._stop(new_steps=self.env_steps > first_step)
+            tick = time.perf_counter()
             candidates = self.recorder.candidates()
             batch = self.agent.batch_from_ids(
                 self.recorder.prompts(),
@@ -174,6 +177,7 @@ class Trainer:
             updates_before = self.algo.updates
             if self.algo.update_due(self.env_steps):
                 self.algo.update(self.recorder, self.env_steps)
+            self.train_seconds += time.perf_counter() - tick
             self.elapsed = time.perf_counter() - started
             if self.env_steps % self.config.eval.every_steps < self.config.num_envs or self.env_steps >= total:
                 self._log_row()
@@ -186,9 +190,10 @@ class Trainer:
             self._save()
         checksums = self._check_in_sync()
         if self.ranks.is_main:
-            summary = {"env_steps": self.env_steps, "wall_seconds": self.elapsed, "eval_success": self._last_success,
-                       "world": self.ranks.world, "weight_checksums": checksums, **self._hardware(),
-                       "threads": self.threads, "fingerprint": self.config.fingerprint}  # fmt: skip
+            summary = {"env_steps": self.env_steps, "wall_seconds": self.elapsed, "train_seconds": self.train_seconds,
+                       "eval_success": self._last_success, "world": self.ranks.world, "weight_checksums": checksums,
+                       **self._hardware(), **self._as_run(), "threads": self.threads,
+                       "fingerprint": self.config.fingerprint}  # fmt: skip
             atomic_write(self.out / "done.json", json.dumps(summary, indent=1).encode())
         return 0
 
@@ -229,6 +234,10 @@ class Trainer:
             return {"gpus": 0, "gpu_name": None}
         return {"gpus": self.ranks.world, "gpu_name": torch.cuda.get_device_name(device)}
 
+    def _as_run(self) -> dict:
+        """Settings resolved at run time (for the hyperparameter tables): compute dtype, LoRA's modules."""
+        return {"dtype": self.agent.compute_dtype, "lora_target_modules": lora_target_modules(self.agent.lm.model)}
+
     def _should_stop(self, stop_at_steps: int | None, stop: threading.Event | None) -> bool:
         requested = stop is not None and stop.is_set()
         return self.ranks.any(requested or (stop_at_steps is not None and self.env_steps >= stop_at_steps))
@@ -246,6 +255,7 @@ class Trainer:
         row = {
             "env_steps": self.env_steps,
             "wall_seconds": self.elapsed,
+            "train_seconds": self.train_seconds,
             "episodes": self.episodes,
             "train_success": successes / episodes if episodes else float("nan"),
             **metrics,
@@ -284,6 +294,7 @@ class Trainer:
                 "eval_rounds": self.eval_rounds,
                 "metrics_rows": self.metrics.rows,
                 "elapsed": self.elapsed,
+                "train_seconds": self.train_seconds,
                 "last_row": list(self.last_row),
                 "last_success": self._last_success,
             },  # fmt: skip
@@ -342,6 +353,7 @@ class Trainer:
             tuple(counters["last_row"]),
             counters["last_success"],
         )
+        self.train_seconds = counters["train_seconds"]
         self.envs.load_state_dict(local["envs"])
         self.recorder.load_state_dict(local["recorder"])
         self.algo.load_local_state_dict(local["algo"])

@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -11,6 +12,7 @@ import yaml
 from sacglam_core.config import dump_config
 from sacglam_core.metrics import COLUMNS
 from sacglam_core.pipeline.aggregate import (
+    Experiment,
     MetricsFileError,
     area_under_curve,
     curves_mean_std,
@@ -23,9 +25,10 @@ from sacglam_core.pipeline.aggregate import (
 )
 from sacglam_core.pipeline.claims import check
 from sacglam_core.pipeline.claims import main as claims_main
-from sacglam_core.pipeline.experiments import ExperimentError, Run, expand
+from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load_definitions
+from sacglam_core.pipeline.figures import curves_figure
 from sacglam_core.pipeline.outputs import expected_outputs, write_experiment_results
-from sacglam_core.pipeline.tables import hyperparameters
+from sacglam_core.pipeline.tables import DIFFERS, hyperparameters
 
 DEFINITIONS = {
     "defaults": {"model": {"name_or_path": "tiny"}, "total_steps": 400, "env": {"simplified": True, "n_objects": 3}},
@@ -38,6 +41,7 @@ DEFINITIONS = {
     },
 }
 STEPS = [0, 100, 200, 300, 400]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def write_run(run: Run, success: list[float], finished: bool = True) -> None:
@@ -45,13 +49,15 @@ def write_run(run: Run, success: list[float], finished: bool = True) -> None:
     rows = []
     for i, (step, s) in enumerate(zip(STEPS, success)):
         row = dict.fromkeys(COLUMNS, "")
-        row |= {"env_steps": step, "wall_seconds": 36.0 * i, "eval_success": s, "eval_success_grasp": s,
+        row |= {"env_steps": step, "wall_seconds": 36.0 * i, "train_seconds": 30.0 * i, "eval_success": s,
+                "eval_success_grasp": s,
                 "eval_success_grow": s / 2, "eval_success_test": s / 4, "her_share": 0.1 * i}  # fmt: skip
         rows.append(row)
     pd.DataFrame(rows, columns=COLUMNS).to_csv(run.directory / "metrics.csv", index=False)
     (run.directory / "config.yaml").write_text(dump_config(run.config))  # as the trainer writes it
     if finished:
-        (run.directory / "done.json").write_text(json.dumps({"env_steps": 400, "wall_seconds": 144.0, "gpus": 4}))
+        done = {"env_steps": 400, "wall_seconds": 144.0, "gpus": 4, "dtype": "bfloat16", "lora_target_modules": None}
+        (run.directory / "done.json").write_text(json.dumps(done))
 
 
 @pytest.fixture
@@ -80,6 +86,20 @@ def test_curves_mean_and_std_across_seeds(experiment_dir):
     assert curves.loc[("PPO", 400), "seeds"] == 2
     hours = curves_mean_std(experiment, x="wall_hours").set_index(["variant", "env_steps"])
     assert hours.loc[("PPO", 200), "x"] == pytest.approx(72 / 3600)
+    training = curves_mean_std(experiment, x="train_hours").set_index(["variant", "env_steps"])
+    assert training.loc[("PPO", 200), "x"] == pytest.approx(60 / 3600)
+
+
+def test_figure_2_plots_success_against_training_time(experiment_dir):
+    """The paper's time panel: acting and updates only, as evaluations and checkpoints weigh differently
+    on PPO and SAC."""
+    _, runs = experiment_dir
+    main = load_definitions(ROOT / "workflow" / "config" / "experiments.yaml")["experiments"]["main"]
+    assert main["figures"]["figure2"]["x"] == ["env_steps", "train_hours"]
+    figure = curves_figure(load_experiment("demo", runs), main["figures"]["figure2"], "Figure 2")
+    time = figure.axes[1]
+    assert time.get_xlabel().startswith("training time (minutes)") and "without evaluation" in time.get_xlabel()
+    assert time.lines[0].get_xdata().max() == pytest.approx(120 / 60)  # 30 s per evaluation interval, in minutes
 
 
 def test_auc_and_steps_to_threshold():
@@ -147,6 +167,39 @@ def test_hyperparameter_tables_come_from_the_configs(experiment_dir):
     ppo = table[table["table"] == "Table 1: PPO-GLAM"].set_index("parameter")["PPO"]
     assert ppo["Number of transitions collected between two updates"] == 2048 and ppo["Clipping parameter ε"] == 0.2
     assert not (table["table"] == "Table 2: SAC-GLAM").any()
+    table3 = table[table["table"] == "Table 3: SAC-GLAM+HER"].set_index("parameter")
+    assert table3.loc["Critic warm-up (update cycles)", "SAC+HER"] == 11
+    assert table3.loc["LoRA target modules", "paper"] == "default" and table3.loc["Compute dtype", "paper"] == "auto"
+    assert table3.loc["Compute dtype", "SAC+HER"] == "auto: bfloat16"  # what `auto` became in the runs (done.json)
+    differs = table3[DIFFERS]
+    # the demo leaves SAC-GLAM+HER's entropy settings (Appendix C: 0.05 and 0.01) at SAC-GLAM's defaults
+    assert (
+        table3.loc["Entropy coefficient initialization", "paper"] == 0.05
+        and differs["Entropy coefficient initialization"] == "SAC+HER"
+    )
+    assert differs["Target entropy"] == "SAC+HER" and differs["Model"] == "SAC+HER"
+    assert differs["Update frequency"] == "" and differs["n-step"] == ""
+    assert table3.loc["Environment steps", "paper"] == 400_000 and table3.loc["Environment steps", "SAC+HER"] == 400
+
+
+def paper_experiment(name: str) -> Experiment:
+    definitions = load_definitions(ROOT / "workflow" / "config" / "experiments.yaml")
+    runs = expand(definitions, [name], "results", {"models": "resources/models"})
+    configs = {r.variant: r.config for r in runs}
+    return Experiment(name, pd.DataFrame(), {}, {v: [0] for v in configs}, configs)
+
+
+def test_main_runs_the_papers_settings_and_mini_shows_its_differences():
+    main = hyperparameters(paper_experiment("main"))
+    assert (main[DIFFERS] == "").all(), main[main[DIFFERS] != ""]
+    mini = hyperparameters(paper_experiment("mini")).set_index(["table", "parameter"])
+    sac = mini.loc["Table 2: SAC-GLAM"]
+    differing = set(sac.index[sac[DIFFERS] == "SAC-GLAM"])
+    # the ones the issue names: the one-pass critic with separate weights, gamma 0.9, target entropy 0.3, 4 updates
+    assert {"Critic input", "Critic weights", "Discount factor", "Target entropy", "Number of updates"} <= differing
+    assert {"sac.warmup_steps", "sac.critic.hidden_units", "Model", "LoRA rank", "Horizon"} <= differing
+    assert sac.loc["Discount factor", "SAC-GLAM"] == 0.9 and sac.loc["Discount factor", "paper"] == 0.99
+    assert "Update frequency" not in differing and "n-step" not in differing
 
 
 def test_every_output_is_written_and_says_what_is_missing(experiment_dir):
@@ -155,6 +208,9 @@ def test_every_output_is_written_and_says_what_is_missing(experiment_dir):
     assert sorted(paths) == sorted(expected_outputs("demo", DEFINITIONS["experiments"]["demo"], results))
     assert all(p.stat().st_size > 0 for p in paths)
     assert "Missing seeds: PPO: [2]" in (results / "demo" / "summary.md").read_text()
+    hyperparameters_md = (results / "demo" / "hyperparameters.md").read_text()
+    assert "differ from it" in hyperparameters_md and "| **tiny** " in hyperparameters_md
+    assert "nan" not in hyperparameters_md
     per_seed = per_run(load_experiment("demo", runs))
     assert len(per_seed) == 5 and not math.isnan(per_seed["auc"].iloc[0])
 

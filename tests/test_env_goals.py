@@ -93,6 +93,12 @@ def test_cli_goals_and_stats():
     assert len(run("goals", "--split", "test", "--simplified").splitlines()) == 64
     stats = run("stats")
     assert "8470" in stats and "3145" in stats and "97.85%" in stats
+    chance = {rule: run("random", "--grasp-rule", rule, "--episodes", "1000") for rule in ("holding", "event")}
+    rates = {rule: dict(line.rsplit(None, 1) for line in text.splitlines()) for rule, text in chance.items()}
+    assert list(rates["holding"]) == [t.value for t in GoalType]
+    # holding a matching object when the first part is reached counts only under the holding rule
+    grow_then_grasp = {rule: float(r["grow then grasp"].rstrip("%")) for rule, r in rates.items()}
+    assert grow_then_grasp["holding"] > grow_then_grasp["event"]
     bad = subprocess.run(
         [sys.executable, "-m", "sacglam_core.envs", "goals", "--split", "dev"], capture_output=True, text=True
     )

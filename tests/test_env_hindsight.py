@@ -1,6 +1,7 @@
 """Hindsight soundness: the social partner's reports agree with the reward function."""
 
 import random
+from dataclasses import asdict
 
 import pytest
 
@@ -33,10 +34,12 @@ def replay_rewards(config: EnvConfig, goal: str, scene: list[str], actions: list
     return rewards
 
 
+@pytest.mark.parametrize("grasp_rule", ["holding", "event"])
 @pytest.mark.parametrize(
     "config", [EnvConfig(max_steps=30), EnvConfig.simplified_variant()], ids=["full", "simplified"]
 )
-def test_reported_goals_give_reward_exactly_when_reported(config):
+def test_reported_goals_give_reward_exactly_when_reported(config, grasp_rule):
+    config = EnvConfig(**{**asdict(config), "grasp_rule": grasp_rule})
     env = PlaygroundText(config, seed=5)
     rng = random.Random(5)
     train = set(catalog().goals("train"))
@@ -84,3 +87,29 @@ def test_partner_of_the_simplified_variant_reports_simple_goals_only():
     ]
     assert "Grow blue cat" in reports
     assert all(" then " not in g for g in reports)
+
+
+def test_default_grasp_rule_is_the_originals_holding():
+    """playground_env's get_reward_from_state (and the text wrapper's reward) rewards Grasp goals on the
+    grasped flag of the current state: while a matching object is held."""
+    assert EnvConfig().grasp_rule == "holding"
+
+
+@pytest.mark.parametrize("grasp_rule, rewarded", [("holding", True), ("event", False)])
+def test_grow_then_grasp_with_the_object_already_held(grasp_rule, rewarded):
+    """The dog grows while the agent holds the red water that grew it: under the holding rule
+    "Grow red dog then grasp red water" is reached on that step (and reported there); under the event
+    rule it needs a fresh Grasp of red water afterwards."""
+    goal = "Grow red dog then grasp red water"
+    env = PlaygroundText(EnvConfig(grasp_rule=grasp_rule), seed=0)
+    scene = ["red water", "blue cat", "red dog", "red sofa", "blue door", "green dog"]
+    env.reset(options={"goal": goal, "scene": scene})
+    env.step("Go to red water")
+    env.step("Grasp")
+    _, reward, terminated, _, info = env.step("Go to red dog")
+    assert "Grow red dog" in info["achieved_goals"]
+    assert (reward == 1.0, terminated, goal in info["achieved_goals"]) == (rewarded, rewarded, rewarded)
+    if not rewarded:
+        env.step("Release red water")
+        _, reward, terminated, _, info = env.step("Grasp")
+        assert reward == 1.0 and terminated and goal in info["achieved_goals"]

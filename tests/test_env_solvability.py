@@ -17,8 +17,14 @@ def solve(env: PlaygroundText, goal: str | None = None) -> tuple[float, int]:
 
 @pytest.mark.parametrize(
     "config",
-    [EnvConfig(), EnvConfig(capacity=1), EnvConfig(split="test"), EnvConfig.simplified_variant()],
-    ids=["train", "capacity1", "test", "simplified"],
+    [
+        EnvConfig(),
+        EnvConfig(grasp_rule="event"),
+        EnvConfig(capacity=1),
+        EnvConfig(split="test"),
+        EnvConfig.simplified_variant(),
+    ],
+    ids=["train", "train-event", "capacity1", "test", "simplified"],
 )
 def test_every_goal_is_solved_in_a_sweep(config):
     env = PlaygroundText(config, seed=11)

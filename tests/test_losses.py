@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from sacglam_core.agent import CandidateDistribution
-from sacglam_core.algos.ppo import clipped_surrogate, gae, kl_penalised
+from sacglam_core.algos.ppo import clipped_surrogate, gae, kl_penalised, ppo_objective, value_loss
 from sacglam_core.algos.sac import actor_loss, alpha_loss, critic_targets, soft_state_value
+from sacglam_core.config import PPOConfig
 from sacglam_core.envs import GoalType
 from sacglam_core.replay import ReplayBuffer
 from sacglam_core.trajectories import Episode, goal_id, goal_table, n_step_targets, relabelled
@@ -94,6 +95,31 @@ def test_clipped_and_kl_surrogates():
     # centred at r0 = 2: a ratio of 2.1 is inside [1.8, 2.2], so nothing is clipped
     torch.testing.assert_close(clipped_surrogate(torch.tensor([2.1]), one, one * 1.8, one * 2.2), torch.tensor(-2.1))
     torch.testing.assert_close(kl_penalised(one, 2 * one, torch.tensor([0.5]), beta=0.1), torch.tensor(-2.0 + 0.05))
+
+
+def test_value_loss_clipped_as_glam_and_plain():
+    """GLAM's PPOUpdater: max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2), averaged."""
+    values, old, returns = torch.tensor([1.0, 0.6, 0.1]), torch.tensor([0.5, 0.0, 0.0]), torch.tensor([0.0, 1.0, 0.0])
+    # row 0: V moved up by 0.5, clipped to 0.7: max(1.0, 0.49) = 1.0
+    # row 1: V moved up by 0.6 towards R, clipped to 0.2: max(0.16, 0.64) = 0.64 (no credit beyond the clip)
+    # row 2: inside the clip: both are 0.01
+    torch.testing.assert_close(value_loss(values, old, returns, clip=0.2), torch.tensor((1.0 + 0.64 + 0.01) / 3))
+    torch.testing.assert_close(value_loss(values, old, returns, clip=None), torch.tensor((1.0 + 0.16 + 0.01) / 3))
+    torch.testing.assert_close(value_loss(values, values, returns, clip=0.2), value_loss(values, old, returns, None))
+
+
+def test_ppo_objective_weighs_the_value_loss_by_table_1s_coefficient():
+    """L = L_pi - c_H H + c_V L_V with c_V = 0.5 on L_V itself (GLAM), not 0.5 * 0.5 * MSE."""
+    objective = ppo_objective(
+        torch.tensor(0.3), torch.tensor(2.0), torch.tensor(1.0), entropy_coef=0.01, value_coef=0.5
+    )
+    torch.testing.assert_close(objective, torch.tensor(0.3 - 0.02 + 0.5))
+
+
+def test_ppo_defaults_follow_glam():
+    """GLAM: the clipped value loss with the policy's clip radius, and raw GAE advantages (no normalisation)."""
+    config = PPOConfig()
+    assert config.value_loss == "clipped" and config.normalize_advantages is False and config.value_coef == 0.5
 
 
 def episode(goal: str, reports: list[list[str]], terminated: bool = False) -> Episode:

@@ -15,7 +15,13 @@ from sacglam_core.agent.policy import CandidateDistribution
 from sacglam_core.agent.tokens import PromptTokens
 from sacglam_core.config import LoraSettings, ModelConfig
 from sacglam_core.envs import VectorPlayground, prompt
-from sacglam_core.models.loading import ModelNotFoundError, load_model, load_tokenizer
+from sacglam_core.models.loading import (
+    ModelNotFoundError,
+    load_model,
+    load_tokenizer,
+    lora_target_modules,
+    resolve_dtype,
+)
 from sacglam_core.models.tiny import TinySpec, pretrain_prior, tiny_t5
 from sacglam_core.models.tokenizer import build_tokenizer
 
@@ -126,6 +132,41 @@ def test_bad_model_options_are_rejected():
         ModelConfig("x", dtype="float8")
 
 
+@pytest.mark.parametrize(
+    "capability, lora, expected",
+    [
+        ((7, 0), True, "float16"),
+        ((7, 5), True, "float16"),
+        ((7, 0), False, "float32"),
+        ((8, 0), True, "bfloat16"),
+        ((8, 6), False, "bfloat16"),
+        ((9, 0), True, "bfloat16"),
+    ],  # fmt: skip
+)
+def test_auto_dtype_follows_the_gpus_compute_capability(monkeypatch, capability, lora, expected):
+    """V100 (sm_70) has no native bf16: fp16 there, with LoRA (fp32 adapters under a GradScaler)."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    config = ModelConfig("x", device="cuda:0", lora=LoraSettings() if lora else None)
+    assert config.dtype == "auto" and resolve_dtype(config) == expected
+
+
+def test_auto_dtype_is_float32_on_cpu_and_explicit_dtypes_stay(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
+    assert resolve_dtype(ModelConfig("x", device="cpu", lora=LoraSettings())) == "float32"
+    assert resolve_dtype(ModelConfig("x", device="cuda", dtype="bfloat16")) == "bfloat16"
+    with pytest.raises(ValueError, match="dtype=float16 needs model.lora"):
+        ModelConfig("x", dtype="float16")
+
+
+def test_4bit_compute_dtype_follows_the_dtype(tiny_models):
+    import bitsandbytes as bnb
+
+    for dtype, expected in (("auto", torch.float32), ("bfloat16", torch.bfloat16)):
+        lm = load_lm(str(tiny_models["tiny-t5"]), dtype=dtype, lora=LoraSettings(r=4), load_in_4bit=True)
+        quantized = [m for m in lm.model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+        assert quantized and {m.compute_dtype for m in quantized} == {expected}
+
+
 def test_dtype_option(tiny_path):
     lm = load_lm(tiny_path, dtype="bfloat16")
     assert next(lm.model.parameters()).dtype == torch.bfloat16
@@ -146,6 +187,22 @@ def test_lora_trains_only_adapters(tiny_path):
     assert {p.data_ptr() for p in lm.parameters_of()} == {
         p.data_ptr() for n, p in lm.model.named_parameters() if p.requires_grad
     }
+
+
+def adapted_modules(lm: GlamLM) -> set[str]:
+    return {name.rsplit(".", 1)[-1] for name, module in lm.model.named_modules() if hasattr(module, "lora_A")}
+
+
+def test_lora_defaults_to_the_first_authors_query_and_value(tiny_path):
+    """MAGELLAN (magellan/initializer.py): r=16, alpha=32, dropout 0, T5's `q` and `v` (`q_proj`, `v_proj`
+    for causal LMs), which is peft's own default per architecture."""
+    lora = LoraSettings()
+    assert (lora.r, lora.alpha, lora.dropout, lora.target_modules) == (16, 32, 0.0, None)
+    lm = load_lm(tiny_path, lora=lora)
+    expected = ["q", "v"] if "t5" in tiny_path else ["q_proj", "v_proj"]
+    assert adapted_modules(lm) == set(expected) and lora_target_modules(lm.model) == expected
+    every_linear = load_lm(tiny_path, lora=LoraSettings(target_modules="all-linear"))
+    assert adapted_modules(every_linear) > set(expected)
 
 
 def test_4bit_lora_gets_gradients_after_no_grad_rollout(tiny_path):

@@ -96,8 +96,14 @@ def test_run_writes_metrics_config_and_done_marker(reference):
         assert last[column] not in ("", "nan"), column
     assert 0 < float(last["her_share"]) < 1
     assert float(last["updates_per_s"]) > 0 and float(last["wall_seconds"]) > 0
+    # training time (acting and updates) leaves out the evaluations and checkpoints that wall time includes
+    train_seconds = [float(r["train_seconds"]) for r in table]
+    assert train_seconds[0] == 0 and train_seconds == sorted(train_seconds) and train_seconds[-1] > 0
+    assert all(float(r["train_seconds"]) < float(r["wall_seconds"]) for r in table[1:])
     done = json.loads((out / "done.json").read_text())
     assert done["env_steps"] == 384
+    assert done["dtype"] == "float32" and done["lora_target_modules"] is None  # as run: auto is float32 on CPU
+    assert done["train_seconds"] == train_seconds[-1] < done["wall_seconds"]
     assert yaml.safe_load((out / "config.yaml").read_text())["her"]["enabled"] is True
     ppo = rows(reference["ppo_clip_her"])[-1]
     assert all(ppo[c] not in ("", "nan") for c in ("policy_loss", "value_loss", "entropy", "clipfrac", "her_share"))
@@ -386,7 +392,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("settings", [SAC_HER, PPO_CLIP_HER], ids=["sac", "ppo"])
+SAC_HER_SMALL_BUFFER = {**SAC_HER, "sac": {**SAC_HER["sac"], "buffer_size": 65}}
+
+
+@pytest.mark.parametrize("settings", [SAC_HER_SMALL_BUFFER, PPO_CLIP_HER], ids=["sac", "ppo"])
 def test_two_ranks_on_gloo_stay_in_sync(tmp_path, tiny_models, settings):
     config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], total_steps=128, **settings)
     launcher = [
@@ -414,3 +423,9 @@ def test_two_ranks_on_gloo_stay_in_sync(tmp_path, tiny_models, settings):
         "ckpt-000000128.rank0.pt",
         "ckpt-000000128.rank1.pt",
     ]
+    if settings["algorithm"] == "sac":  # sac.buffer_size is the run's capacity: the ranks share it, 33 + 32
+        buffers = [
+            torch.load(tmp_path / "out" / "checkpoints" / f"ckpt-000000128.rank{r}.pt", weights_only=True)["algo"]
+            for r in (0, 1)
+        ]
+        assert [b["buffer"]["size"] for b in buffers] == [33, 32]  # full: each rank added far more than its share

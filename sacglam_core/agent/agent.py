@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -14,7 +15,7 @@ from sacglam_core.agent.lm import GlamLM, LMOutput
 from sacglam_core.agent.policy import CandidateDistribution
 from sacglam_core.agent.tokens import PromptTokens
 from sacglam_core.config import CriticConfig, ModelConfig
-from sacglam_core.models.loading import load_model, load_tokenizer
+from sacglam_core.models.loading import load_model, load_tokenizer, resolve_dtype
 
 
 @dataclass(frozen=True)
@@ -31,9 +32,11 @@ class GlamAgent(nn.Module):
         critic: CriticConfig | None = None,
         value_head: bool = False,
         action_vocabulary: Sequence[str] | None = None,
+        compute_dtype: str = "float32",
     ) -> None:
         super().__init__()
         self.lm = lm
+        self.compute_dtype = compute_dtype  # the LLM's (resolved) model.dtype: float16 calls for loss scaling
         self.tokens = PromptTokens(lm.tokenizer)
         self.action_index = {a: i for i, a in enumerate(action_vocabulary or ())}
         self.critic = Critic(lm, critic, len(self.action_index)) if critic else None
@@ -41,9 +44,10 @@ class GlamAgent(nn.Module):
 
     @classmethod
     def from_config(cls, config: AgentConfig, action_vocabulary: Sequence[str] | None = None) -> GlamAgent:
-        model, architecture = load_model(config.model)
-        lm = GlamLM(model, load_tokenizer(config.model), architecture)
-        return cls(lm, config.critic, config.value_head, action_vocabulary).to(lm.device)
+        model_config = dataclasses.replace(config.model, dtype=resolve_dtype(config.model))
+        model, architecture = load_model(model_config)
+        lm = GlamLM(model, load_tokenizer(model_config), architecture)
+        return cls(lm, config.critic, config.value_head, action_vocabulary, model_config.dtype).to(lm.device)
 
     # -- checkpoints -----------------------------------------------------------------------------
     def mutable_state_dict(self) -> dict[str, torch.Tensor]:

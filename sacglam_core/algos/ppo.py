@@ -1,11 +1,15 @@
 """PPO-GLAM (paper Table 1) and its hindsight variants (Appendix G).
 
 Every `rollout_steps` transitions (all environments together): GAE(lambda) advantages, then `epochs`
-passes over the data in minibatches, each minimising
+passes over the data in minibatches, each minimising, as GLAM's PPO updater does,
 
-    L = L_pi - entropy_coef * H(pi) + value_coef * 0.5 * (V - R)^2
+    L = L_pi - entropy_coef * H(pi) + value_coef * L_V
+    L_V = E[max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2)]       (`value_loss: clipped`)
 
-with L_pi the clipped surrogate (`loss: clip`) or the KL-penalised one (`loss: kl`).
+with L_pi the clipped surrogate (`loss: clip`) or the KL-penalised one (`loss: kl`), V_old the value the
+advantages were computed with and eps the policy's clip. `value_loss: mse` is E[(V - R)^2] (with
+value_coef 0.25, the loss before GLAM's was followed); `normalize_advantages` standardises the
+advantages of each minibatch (GLAM does not).
 
 With HER, every goal the social partner reported in a rollout segment adds a relabelled copy of the
 segment up to that step (reward 1 there, then the end). Its importance ratio compares the new policy
@@ -25,6 +29,7 @@ import torch
 
 from sacglam_core.agent import CandidateBatch, CandidateDistribution, GlamAgent
 from sacglam_core.agent.lm import DEFAULT
+from sacglam_core.algos.precision import grad_scaler
 from sacglam_core.algos.stats import UpdateStats
 from sacglam_core.config import RunConfig
 from sacglam_core.distributed import Ranks
@@ -54,6 +59,23 @@ def clipped_surrogate(
     return torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, low, high)).mean()
 
 
+def value_loss(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float | None
+) -> torch.Tensor:
+    """E[(V - R)^2], or with `clip` the clipped form: V may not earn credit beyond V_old -/+ clip."""
+    loss = (values - returns) ** 2
+    if clip is not None:
+        clipped = old_values + torch.clamp(values - old_values, -clip, clip)
+        loss = torch.max(loss, (clipped - returns) ** 2)
+    return loss.mean()
+
+
+def ppo_objective(
+    pg_loss: torch.Tensor, entropy: torch.Tensor, value: torch.Tensor, entropy_coef: float, value_coef: float
+) -> torch.Tensor:
+    return pg_loss - entropy_coef * entropy + value_coef * value
+
+
 def kl_penalised(ratio: torch.Tensor, advantages: torch.Tensor, kl: torch.Tensor, beta: float) -> torch.Tensor:
     """-E[r A - beta KL(pi_old || pi)] (paper eq. 5, written as a loss to minimise)."""
     return (-(ratio * advantages) + beta * kl).mean()
@@ -68,6 +90,7 @@ class Transition:
     old_log_probs: np.ndarray  # log pi_old(.|s, g) over the candidates (for the KL loss)
     advantage: float
     ret: float
+    old_value: float  # V(s_t) the advantage was computed with (the centre of the value clip)
     r0: float = 1.0  # first-epoch ratio (centre of the clip when center_clip)
 
 
@@ -77,6 +100,7 @@ class PPO:
         self.minibatches = max(1, math.ceil(self.cfg.rollout_steps / self.cfg.minibatch_size))
         self.params = agent.lm.parameters_of(DEFAULT) + list(agent.value_head.parameters())
         self.optimizer = torch.optim.Adam(self.params, lr=self.cfg.lr)
+        self.scaler = grad_scaler(agent)
         self.generator = torch.Generator().manual_seed(config.seed * 1000 + ranks.rank)
         self.updates = 0
         self.segments: list[Episode] = []
@@ -157,7 +181,15 @@ class PPO:
             r0 = float(np.exp(new_logp[t] - old_logp[t])) if relabel else 1.0
             transitions.append(
                 Transition(
-                    prompts[t], cands[t], segment.actions[t], old_logp[t], log_probs[t], advantages[t], returns[t], r0
+                    prompts[t],
+                    cands[t],
+                    segment.actions[t],
+                    old_logp[t],
+                    log_probs[t],
+                    advantages[t],
+                    returns[t],
+                    float(values[t]),
+                    r0,
                 )
             )
         return transitions
@@ -189,30 +221,33 @@ class PPO:
             kl = (old.probs * (old.log_probs - policy.log_probs)).sum(1)
             pg_loss = kl_penalised(ratio, advantages, kl, cfg.kl_coef)
             self.stats.add(kl=kl.mean())
-        values = agent.value(out)
         returns = torch.tensor([t.ret for t in chunk], device=device)
-        value_loss = 0.5 * ((values - returns) ** 2).mean()
+        old_values = torch.tensor([t.old_value for t in chunk], device=device)
+        v_loss = value_loss(agent.value(out), old_values, returns, cfg.clip if cfg.value_loss == "clipped" else None)
         entropy = policy.entropy().mean()
-        loss = pg_loss - cfg.entropy_coef * entropy + cfg.value_coef * value_loss
+        loss = ppo_objective(pg_loss, entropy, v_loss, cfg.entropy_coef, cfg.value_coef)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        self.scaler.scale(loss).backward()  # the scaler is a no-op unless the LLM computes in fp16
         self.ranks.average_gradients(self.params)
+        self.scaler.unscale_(self.optimizer)
         torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         with torch.no_grad():
             approx_kl = ((ratio - 1) - (logp - old_logp)).mean()
-        self.stats.add(approx_kl=approx_kl, policy_loss=pg_loss, value_loss=value_loss, entropy=entropy)
+        self.stats.add(approx_kl=approx_kl, policy_loss=pg_loss, value_loss=v_loss, entropy=entropy)
 
     def pop_stats(self) -> dict[str, float]:
         return self.stats.pop() | {"updates": self.updates}
 
     # -- checkpointing ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "updates": self.updates}
+        return {"optimizer": self.optimizer.state_dict(), "updates": self.updates, "scaler": self.scaler.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = state["updates"]
+        self.scaler.load_state_dict(state["scaler"])
 
     def local_state_dict(self) -> dict:
         return {

@@ -8,8 +8,8 @@ The actor is the GLAM policy over each state's candidate actions; the critic an 
     L_pi   = E_{a~pi(.|s_t)}[alpha log pi(a|s_t) - Q(s_t, a)]                (exact expectation over candidates)
     L_alpha = E_{a~pi(.|s_t)}[-alpha (log pi(a|s_t) + H_target)]
 
-During the warm-up only the critic learns. Episodes enter the replay buffer when they end, with their
-hindsight copies when HER is on.
+During the warm-up (`warmup_cycles` update cycles by default, see SACConfig) only the critic learns.
+Episodes enter the replay buffer when they end, with their hindsight copies when HER is on.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import torch
 
 from sacglam_core.agent import CandidateBatch, CandidateDistribution, GlamAgent
 from sacglam_core.agent.lm import DEFAULT
+from sacglam_core.algos.precision import grad_scaler
 from sacglam_core.algos.stats import UpdateStats
 from sacglam_core.config import RunConfig
 from sacglam_core.distributed import Ranks
@@ -56,8 +57,12 @@ class SAC:
     def __init__(self, agent: GlamAgent, config: RunConfig, ranks: Ranks, goal_type_prior: np.ndarray) -> None:
         self.agent, self.config, self.cfg, self.ranks = agent, config, config.sac, ranks
         self.batch_size = max(1, self.cfg.batch_size // ranks.world)  # the global batch is split across ranks
-        self.buffer = ReplayBuffer(
-            self.cfg.buffer_size, self.cfg.n_step, self.cfg.gamma, goal_type_prior, seed=config.seed * 1000 + ranks.rank
+        self.buffer = ReplayBuffer(  # buffer_size is the run's capacity; this rank holds its share
+            ranks.share(self.cfg.buffer_size),
+            self.cfg.n_step,
+            self.cfg.gamma,
+            goal_type_prior,
+            seed=config.seed * 1000 + ranks.rank,
         )
         self.actor_params = agent.lm.parameters_of(DEFAULT)
         self.critic_params = list(agent.critic.head.parameters()) + agent.critic.trainable_lm_parameters(agent.lm)
@@ -65,6 +70,9 @@ class SAC:
         self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=self.cfg.critic_lr)
         self.log_alpha = torch.tensor(math.log(self.cfg.alpha_init), device=agent.lm.device, requires_grad=True)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=self.cfg.alpha_lr)
+        self.scalers = {
+            o: grad_scaler(agent) for o in (self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer)
+        }
         self.updates = 0
         tokens = agent.tokens
         self._action_tokens = [tokens.action(a) for a in ACTION_VOCABULARY]
@@ -131,10 +139,17 @@ class SAC:
         taken, current, following, rows = self._batches(index)
         alpha = self.log_alpha.exp().detach()
         self._critic_update(taken, following, rows, alpha)
-        if not (self.updates < self.cfg.warmup_updates or env_steps < self.cfg.warmup_steps):
+        if not self.warming_up(env_steps):
             self._actor_update(current, alpha)
         self.agent.critic.update_target(self.agent.lm)
         self.updates += 1
+
+    def warming_up(self, env_steps: int) -> bool:
+        """Whether the critic alone learns: until warmup_cycles cycles, warmup_updates updates and
+        warmup_steps environment steps have all passed."""
+        cfg = self.cfg
+        cycle = self.updates // cfg.updates_per_cycle  # cycles completed before this update's
+        return cycle < cfg.warmup_cycles or self.updates < cfg.warmup_updates or env_steps < cfg.warmup_steps
 
     def _critic_update(
         self, taken: CandidateBatch, following: CandidateBatch | None, rows: dict, alpha: torch.Tensor
@@ -180,11 +195,14 @@ class SAC:
     def _step(self, optimizer: torch.optim.Optimizer, params: list, loss: torch.Tensor, clip: bool = True) -> None:
         for group in (self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer):
             group.zero_grad(set_to_none=True)
-        loss.backward()
+        scaler = self.scalers[optimizer]  # a no-op unless the LLM computes in fp16
+        scaler.scale(loss).backward()
         self.ranks.average_gradients(params)
+        scaler.unscale_(optimizer)
         if clip and self.cfg.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
-        optimizer.step()
+        scaler.step(optimizer)  # skipped when a gradient overflowed, then the scale shrinks
+        scaler.update()
 
     def pop_stats(self) -> dict[str, float]:
         """Means since the last call, with the current alpha and HER share."""
@@ -198,6 +216,7 @@ class SAC:
             "alpha_optimizer": self.alpha_optimizer.state_dict(),
             "log_alpha": self.log_alpha.detach().clone(),
             "updates": self.updates,
+            "scalers": [scaler.state_dict() for scaler in self.scalers.values()],
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -207,6 +226,8 @@ class SAC:
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
         self.updates = state["updates"]
+        for scaler, scaler_state in zip(self.scalers.values(), state["scalers"], strict=True):
+            scaler.load_state_dict(scaler_state)
 
     def local_state_dict(self) -> dict:
         """State that differs between ranks: the replay buffer of this rank's environments (and the

@@ -56,7 +56,7 @@ def reference_update(sac: SAC, env_steps: int) -> None:
     taken, current, following, rows = reference_batches(sac, index)
     alpha = sac.log_alpha.exp().detach()
     reference_critic_update(sac, taken, following, rows, alpha)
-    if not (sac.updates < sac.cfg.warmup_updates or env_steps < sac.cfg.warmup_steps):
+    if not sac.warming_up(env_steps):
         sac._actor_update(current, alpha)  # unchanged
     sac.agent.critic.update_target(sac.agent.lm)
     sac.updates += 1

@@ -19,12 +19,13 @@ def descriptions_by_kind() -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int
     return tuple(map(tuple, grasp)), tuple(map(tuple, grow))
 
 
-def achieved_simple_goals(grasped_kind: int | None, grown_kinds: list[int]) -> list[int]:
-    """Indices of the simple goals (both splits) that hold on a step with these events."""
+def achieved_simple_goals(grasp_kinds: list[int], grown_kinds: list[int]) -> list[int]:
+    """Indices of the simple goals (both splits) that hold on a step: Grasp goals of the objects that count
+    as grasped (held, or grasped this step, by the environment's grasp rule), Grow goals of those grown."""
     grasp_descs, grow_descs = descriptions_by_kind()
     achieved: dict[int, None] = {}  # an ordered set, so reports come in a reproducible order
-    if grasped_kind is not None:
-        achieved.update(dict.fromkeys(grasp_descs[grasped_kind]))
+    for kind in grasp_kinds:
+        achieved.update(dict.fromkeys(grasp_descs[kind]))
     for kind in grown_kinds:
         achieved.update(dict.fromkeys(grow_descs[kind]))
     return list(achieved)

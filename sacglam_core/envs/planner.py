@@ -19,7 +19,7 @@ def planner_action(env: PlaygroundText) -> str:
 def _grasp_action(env: PlaygroundText, part: SimpleGoal) -> str:
     matching = [s for s, k in enumerate(env.kinds) if k.index in part.matches]
     held = [s for s in matching if s in env.held]
-    if held:  # the Grasp event must happen now, so put it down first (the agent then stands on it)
+    if held:  # only under the event rule (holding would have reached it): put it down, then grasp it again
         return _release(env, held[0])
     if env.on in matching and len(env.held) < env.config.capacity:
         return GRASP

@@ -5,9 +5,12 @@ The API follows Gymnasium: `reset(seed=, options=) -> (observation, info)` and
 plain strings; `info["possible_actions"]` is the candidate set of the next step and
 `info["achieved_goals"]` the social partner's report for the step just taken.
 
-Rules that the spec leaves open, fixed here:
-- A Grasp goal holds on the step a matching object is grasped (the Grasp event), so "A then grasp B"
-  needs B grasped on or after the step A is reached, exactly as the social partner reports it.
+Rules that the spec leaves open, fixed here or made options:
+- `grasp_rule` (EnvConfig): when a Grasp goal holds. `holding` (the default, as the original: its
+  reward reads the grasped flag of the current state) makes it hold on every step a matching object is
+  held, so "A then grasp B" is reached on the step A is reached while B is held; `event` only on the
+  step a matching object is grasped, so B must be grasped on or after the step A is reached. The
+  social partner reports by the same rule as the reward, so hindsight goals stay sound under both.
 - Objects meet only after a `Go to`: the objects at the destination (the target and anything released
   there) and those the agent carries. Every such meeting is a growth event, so an object can grow again.
 - With duplicate names, `Go to x` and `Release x` take the first such object in scene order.
@@ -39,6 +42,7 @@ class EnvConfig:
     max_steps: Annotated[int, Field(ge=1)] = 20
     simplified: bool = False
     split: Literal["train", "test"] = "train"
+    grasp_rule: Literal["holding", "event"] = "holding"  # when a Grasp goal holds (see the module docstring)
 
     def __post_init__(self) -> None:
         # A sequential goal can need four objects: two targets and their two supplies.
@@ -114,9 +118,8 @@ class PlaygroundText:
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         self.check_action(action)
         grasped, grown = self._apply(*self._actions[action])
-        achieved = achieved_simple_goals(
-            None if grasped < 0 else self.kinds[grasped].index, [self.kinds[s].index for s in grown]
-        )
+        in_hand = self.held if self.config.grasp_rule == "holding" else [grasped] if grasped >= 0 else []
+        achieved = achieved_simple_goals([self.kinds[s].index for s in in_hand], [self.kinds[s].index for s in grown])
         reports = self.partner.report(achieved)
         reward = float(self._update_goal_progress(achieved))
         self.steps += 1

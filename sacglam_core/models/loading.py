@@ -14,7 +14,17 @@ from sacglam_core.config import LoraSettings, ModelConfig
 Architecture = Literal["seq2seq", "causal"]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
-__all__ = ["LoraSettings", "ModelConfig", "ModelNotFoundError", "add_lora", "load_model", "load_tokenizer", "stage"]
+__all__ = [
+    "LoraSettings",
+    "ModelConfig",
+    "ModelNotFoundError",
+    "add_lora",
+    "load_model",
+    "load_tokenizer",
+    "lora_target_modules",
+    "resolve_dtype",
+    "stage",
+]
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -103,12 +113,31 @@ def load_tokenizer(config: ModelConfig):
         raise _not_found(config, error) from error
 
 
+def dtype_for_gpu(capability: tuple[int, int], lora: bool) -> str:
+    """`dtype: auto` on a GPU of this compute capability: bf16 where it is native (sm_80 and later), else fp16
+    when the trained weights are fp32 LoRA adapters (loss-scaled), else fp32."""
+    if capability >= (8, 0):
+        return "bfloat16"
+    return "float16" if lora else "float32"
+
+
+def resolve_dtype(config: ModelConfig) -> str:
+    """The dtype the model computes in: `config.dtype`, or for `auto` the choice for its device."""
+    if config.dtype != "auto":
+        return config.dtype
+    device = "cuda" if config.device == "auto" and torch.cuda.is_available() else config.device
+    if torch.device(device).type != "cuda":
+        return "float32"
+    return dtype_for_gpu(tuple(torch.cuda.get_device_capability(device)), lora=config.lora is not None)
+
+
 def load_model(config: ModelConfig) -> tuple[PreTrainedModel, Architecture]:
     """The model (peft-wrapped when LoRA is on) and its architecture."""
     _check_folder(config)
     architecture = resolve_architecture(config)
     auto = AutoModelForSeq2SeqLM if architecture == "seq2seq" else AutoModelForCausalLM
-    kwargs: dict = {"dtype": DTYPES[config.dtype], "cache_dir": config.cache_dir, "local_files_only": hub_offline()}
+    dtype = DTYPES[resolve_dtype(config)]
+    kwargs: dict = {"dtype": dtype, "cache_dir": config.cache_dir, "local_files_only": hub_offline()}
     if config.load_in_4bit:
         from transformers import BitsAndBytesConfig
 
@@ -116,7 +145,7 @@ def load_model(config: ModelConfig) -> tuple[PreTrainedModel, Architecture]:
             load_in_4bit=True,
             bnb_4bit_quant_type="nf4",
             bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=torch.bfloat16,
+            bnb_4bit_compute_dtype=dtype,
         )
         kwargs["device_map"] = {"": config.device}
     try:
@@ -150,7 +179,9 @@ def add_lora(model: PreTrainedModel, config: ModelConfig, architecture: Architec
     if config.load_in_4bit:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     lora = config.lora
-    targets = lora.target_modules if isinstance(lora.target_modules, str) else list(lora.target_modules)
+    targets = lora.target_modules
+    if targets is not None and not isinstance(targets, str):
+        targets = list(targets)
     peft_config = LoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,
@@ -159,6 +190,12 @@ def add_lora(model: PreTrainedModel, config: ModelConfig, architecture: Architec
         task_type=TaskType.SEQ_2_SEQ_LM if architecture == "seq2seq" else TaskType.CAUSAL_LM,
     )
     return get_peft_model(model, peft_config)
+
+
+def lora_target_modules(model: PreTrainedModel) -> list[str] | None:
+    """The kinds of module (last name part) the LoRA adapters sit on, as peft resolved them; None without LoRA."""
+    config = getattr(model, "peft_config", {}).get("default")
+    return None if config is None else sorted({name.rsplit(".", 1)[-1] for name in config.target_modules})
 
 
 def stage(name: str, cache_dir: str | None) -> str:

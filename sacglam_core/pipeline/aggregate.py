@@ -98,6 +98,7 @@ def load_experiment(name: str, runs: list[Run]) -> Experiment:
         table.insert(0, "seed", run.seed)
         table.insert(0, "variant", run.variant)
         table["wall_hours"] = table["wall_seconds"] / 3600
+        table["train_hours"] = table["train_seconds"] / 3600 if "train_seconds" in table else float("nan")
         frames.append(table)
         summaries[(run.variant, run.seed)] = _read_summary(done)
         config_file = run.directory / "config.yaml"

@@ -17,10 +17,13 @@ from sacglam_core.atomic import save_figure  # noqa: E402
 from sacglam_core.envs import GoalType, catalog  # noqa: E402
 from sacglam_core.pipeline.aggregate import Experiment, curves_mean_std  # noqa: E402
 
+TRAINING_TIME = "acting and updates, without evaluation and checkpoints"
 X_LABELS = {
     "env_steps": "environment steps",
     "wall_hours": "wall-clock time (hours)",
     "wall_minutes": "wall-clock time (minutes)",
+    "train_hours": f"training time (hours): {TRAINING_TIME}",
+    "train_minutes": f"training time (minutes): {TRAINING_TIME}",
 }
 Y_LABELS = {"eval_success": "success rate", "her_share": "share of HER transitions in the buffer"}
 
@@ -39,9 +42,9 @@ def curves_figure(experiment: Experiment, spec: dict, title: str) -> plt.Figure:
     palette = dict(zip(experiment.variants, sns.color_palette("tab10", len(experiment.variants))))
     for ax, (name, variants, x) in zip(axes[0], columns):
         curves = curves_mean_std(experiment, metric, x) if len(experiment.curves) else pd.DataFrame()
-        if x == "wall_hours" and len(curves) and curves["x"].max() < 1:  # short runs read better in minutes
+        if x.endswith("_hours") and len(curves) and curves["x"].max() < 1:  # short runs read better in minutes
             curves["x"] *= 60
-            x = "wall_minutes"
+            x = x.replace("_hours", "_minutes")
         for variant in variants:
             mine = curves[curves["variant"] == variant] if len(curves) else curves
             if mine.empty:

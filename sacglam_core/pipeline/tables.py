@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
+from functools import cache
 from pathlib import Path
 
 import pandas as pd
 
 from sacglam_core.atomic import write_text
-from sacglam_core.config import RunConfig
+from sacglam_core.config import RunConfig, parse_config
 from sacglam_core.pipeline.aggregate import GOAL_TYPE_COLUMNS, Experiment, robust_table, summary_table
+from sacglam_core.pipeline.experiments import merge
 
 PPO_TABLE = [  # paper Table 1: (row, config path)
     ("Number of transitions collected between two updates", "ppo.rollout_steps"),
@@ -25,6 +28,8 @@ PPO_TABLE = [  # paper Table 1: (row, config path)
     ("Clipping parameter ε", "ppo.clip"),
     ("Maximum gradient norm", "ppo.max_grad_norm"),
     ("Loss", "ppo.loss"),
+    ("Value loss", "ppo.value_loss"),
+    ("Advantage normalisation per minibatch", "ppo.normalize_advantages"),
 ]
 SAC_TABLE = [  # paper Tables 2 and 3
     ("Update frequency", "sac.update_every"),
@@ -40,6 +45,7 @@ SAC_TABLE = [  # paper Tables 2 and 3
     ("Entropy coefficient learning rate", "sac.alpha_lr"),
     ("n-step", "sac.n_step"),
     ("Replay buffer capacity", "sac.buffer_size"),
+    ("Critic warm-up (update cycles)", "sac.warmup_cycles"),
     ("Critic input", "sac.critic.input"),
     ("Critic weights", "sac.critic.weights"),
 ]
@@ -47,13 +53,40 @@ HER_ROWS = [("HER", "her.enabled"), ("HER batch sampling", "her.sampling"), ("HE
 COMMON_ROWS = [
     ("Model", "model.name_or_path"),
     ("LoRA rank", "model.lora.r"),
+    ("LoRA alpha", "model.lora.alpha"),
+    ("LoRA target modules", "model.lora.target_modules"),
     ("4-bit quantization", "model.load_in_4bit"),
+    ("Compute dtype", "model.dtype"),
     ("Parallel environments", "num_envs"),
     ("Environment steps", "total_steps"),
     ("Objects per scene", "env.n_objects"),
     ("Simplified (simple goals only)", "env.simplified"),
     ("Horizon", "env.max_steps"),
+    ("Grasp goals hold", "env.grasp_rule"),
 ]
+# Settings that do not change what a run learns, left out of the comparison with the paper.
+NOT_COMPARED = ("output_dir", "seed", "threads", "model.device", "model.cache_dir", "checkpoint.")
+
+# The paper's settings for Figure 2: RunConfig's defaults (Tables 1-3; where the paper is silent, the first
+# author's code, else documented choices such as the horizon), the model of section 3 and Appendix C
+# (Flan-T5-base, LoRA, 4-bit), and per variant Appendix C's entropy settings for SAC-GLAM+HER.
+PAPER_MODEL = {"model": {"name_or_path": "google/flan-t5-base", "lora": {}, "load_in_4bit": True}}
+PAPER_VARIANTS = {
+    "ppo": {"algorithm": "ppo"},
+    "sac": {"algorithm": "sac"},
+    "sac_her": {"algorithm": "sac", "her": {"enabled": True}, "sac": {"alpha_init": 0.05, "target_entropy": 0.01}},
+}
+DIFFERS = "differs from the paper"
+
+
+@cache
+def paper_config(kind: str) -> RunConfig:
+    """The paper's run configuration of a variant kind: `ppo`, `sac` or `sac_her`."""
+    return parse_config(merge(PAPER_MODEL, PAPER_VARIANTS[kind]), source=f"the paper's {kind} settings")
+
+
+def kind(config: RunConfig) -> str:
+    return "ppo" if config.algorithm == "ppo" else ("sac_her" if config.her.enabled else "sac")
 
 
 def _get(config: RunConfig, path: str | None):
@@ -64,31 +97,88 @@ def _get(config: RunConfig, path: str | None):
     for key in path.split("."):
         value = getattr(value, key, None)
         if value is None:
-            return ""
+            return "default" if path == "model.lora.target_modules" and config.model.lora else ""
     if path == "sac.autotune_alpha":
         return "auto" if value else "fixed"
     if path == "her.her_fraction" and config.her.sampling not in ("ratio", "prior_ratio"):
         return ""  # the share only applies to the ratio strategies
-    return value
+    return ", ".join(value) if isinstance(value, tuple) else value
+
+
+def _as_run(value, path: str | None, summary: dict | None):
+    """A cell: the configured value, with what it resolved to in the run when it was `auto`/`default`."""
+    resolved = {"model.dtype": "dtype", "model.lora.target_modules": "lora_target_modules"}.get(path or "")
+    used = (summary or {}).get(resolved) if resolved else None
+    if used is None or value not in ("auto", "default"):
+        return value
+    return f"{value}: {', '.join(used) if isinstance(used, list) else used}"
+
+
+def _settings(config: RunConfig) -> dict[str, object]:
+    """Every setting by dotted path (a section set to None counts as one setting)."""
+    flat: dict[str, object] = {}
+
+    def walk(prefix: str, value) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk(f"{prefix}{key}.", inner)
+        else:
+            flat[prefix[:-1]] = tuple(value) if isinstance(value, list) else value
+
+    walk("", asdict(config))
+    return flat
+
+
+def _other_rows(configs: dict[str, RunConfig], paper: RunConfig, shown: set[str]) -> list[tuple[str, str]]:
+    """(row, path) for every remaining setting in which a variant differs from the paper."""
+    other = "sac." if paper.algorithm == "ppo" else "ppo."
+    mine = {v: _settings(c) for v, c in configs.items()}
+    reference = _settings(paper)
+    paths = sorted({p for flat in mine.values() for p in flat} | set(reference))
+    return [
+        (path, path)
+        for path in paths
+        if path not in shown
+        and not path.startswith((other, "model.lora", *NOT_COMPARED))
+        and any(flat.get(path) != reference.get(path) for flat in mine.values())
+    ]
 
 
 def hyperparameters(experiment: Experiment) -> pd.DataFrame:
-    """Tables 1 (PPO-GLAM), 2 (SAC-GLAM) and 3 (SAC-GLAM+HER) for this experiment's variants."""
-
-    def kind(config: RunConfig) -> str:
-        return "ppo" if config.algorithm == "ppo" else ("sac_her" if config.her.enabled else "sac")
-
+    """Tables 1 (PPO-GLAM), 2 (SAC-GLAM) and 3 (SAC-GLAM+HER) for this experiment's variants, each row with
+    the paper's value; the variants that differ from it are named in the last column (and bold in the
+    Markdown copy). Rows after the paper's: every other setting in which a variant differs."""
     tables = [
         ("Table 1: PPO-GLAM", "ppo", PPO_TABLE + HER_ROWS[:1]),
         ("Table 2: SAC-GLAM", "sac", SAC_TABLE),
         ("Table 3: SAC-GLAM+HER", "sac_her", SAC_TABLE + HER_ROWS),
     ]
+    summaries = {variant: summary for (variant, _), summary in experiment.summaries.items()}
     rows = []
     for table, algorithm, spec in tables:
-        variants = [v for v, c in experiment.configs.items() if kind(c) == algorithm]
-        for name, path in (spec + COMMON_ROWS) if variants else []:
-            rows.append({"table": table, "parameter": name, **{v: _get(experiment.configs[v], path) for v in variants}})
-    return pd.DataFrame(rows)
+        configs = {v: c for v, c in experiment.configs.items() if kind(c) == algorithm}
+        if not configs:
+            continue
+        paper = paper_config(algorithm)
+        spec = spec + COMMON_ROWS
+        shown = {path for _, path in spec} | {"her.strategy", "her.ratio"}  # as HER batch sampling and share
+        spec += _other_rows(configs, paper, shown)
+        for name, path in spec:
+            values = {v: _get(c, path) for v, c in configs.items()}
+            row = {"table": table, "parameter": name, "paper": _get(paper, path)}
+            row |= {v: _as_run(value, path, summaries.get(v)) for v, value in values.items()}
+            rows.append(row | {DIFFERS: ", ".join(v for v, value in values.items() if value != row["paper"])})
+    variants = [v for v in experiment.variants if v in experiment.configs]
+    return pd.DataFrame(rows, columns=["table", "parameter", "paper", *variants, DIFFERS] if rows else None)
+
+
+def hyperparameters_markdown(table: pd.DataFrame) -> pd.DataFrame:
+    """The table with each setting that differs from the paper in bold."""
+    marked = table.astype(object).where(table.notna(), "")  # a variant's column is empty in other tables
+    for index, row in table.iterrows():
+        for variant in filter(None, str(row[DIFFERS]).split(", ")):
+            marked.at[index, variant] = f"**{row[variant]}**"
+    return marked
 
 
 def _pm(mean: float, std: float, digits: int = 3) -> str:
@@ -137,5 +227,11 @@ def write_tables(experiment: Experiment, out: Path) -> list[Path]:
     ci = "95% stratified-bootstrap confidence interval"
     paths += write_table(iqm, out / "iqm", note=f"Interquartile mean of the final success per goal type, {ci}")
     paths += write_table(improvement, out / "probability_of_improvement", note=f"P(x > y) over goal types, {ci}")
-    paths += write_table(hyperparameters(experiment), out / "hyperparameters", note="From the runs' config.yaml")
+    table = hyperparameters(experiment)
+    note = (
+        "From the runs' config.yaml (and done.json for what `auto` resolved to). Column `paper`: the paper's "
+        "Tables 1-3 and Appendix C; where the paper is silent, the first author's code, else this project's "
+        f"documented defaults (sacglam_core/config.py). Settings in bold (named in `{DIFFERS}`) differ from it."
+    )
+    paths += write_table(table, out / "hyperparameters", hyperparameters_markdown(table), note=note)
     return paths

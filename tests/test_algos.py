@@ -1,0 +1,149 @@
+"""SAC-GLAM and PPO-GLAM updates on the tiny model: the critic warm-up and the optimizer steps."""
+
+import math
+import random
+
+import pytest
+import torch
+
+from sacglam_core.agent import AgentConfig, GlamAgent
+from sacglam_core.algos.ppo import PPO, value_loss
+from sacglam_core.algos.sac import SAC
+from sacglam_core.config import SACConfig, parse_config
+from sacglam_core.distributed import Ranks
+from sacglam_core.envs import VectorPlayground
+from sacglam_core.envs.playground import ACTION_VOCABULARY
+from sacglam_core.evaluation import goal_type_prior
+from sacglam_core.trajectories import EpisodeRecorder
+
+TINY_ENV = {"n_objects": 3, "simplified": True, "max_steps": 8}
+
+
+def run_config(model, algorithm: str, model_options: dict | None = None, **settings):
+    model = {"name_or_path": str(model), **(model_options or {})}
+    return parse_config({"algorithm": algorithm, "model": model, "num_envs": 8, "env": TINY_ENV, **settings})
+
+
+def rollout(agent: GlamAgent, config, steps: int = 64, algo=None) -> tuple[list, EpisodeRecorder]:
+    """Finished episodes, recorded as the trainer records them, of `algo` acting (or the random policy)."""
+    envs = VectorPlayground(config.num_envs, config.env, seed=0)
+    recorder = EpisodeRecorder(agent.tokens)
+    obs, infos = envs.reset()
+    recorder.reset(infos["goal"], obs, infos["possible_actions"])
+    rng, generator, episodes = random.Random(0), torch.Generator().manual_seed(0), []
+    for _ in range(steps // config.num_envs):
+        candidates = recorder.candidates()
+        if algo is None:
+            choices, extras = [rng.randrange(len(c)) for c in candidates], {}
+        else:
+            tokens = [[agent.tokens.action(ACTION_VOCABULARY[a]) for a in c] for c in candidates]
+            batch = agent.batch_from_ids(recorder.prompts(), tokens, [c.tolist() for c in candidates])
+            choices, extras = algo.act(batch, generator)
+        obs, rewards, terminated, truncated, infos = envs.step(
+            [ACTION_VOCABULARY[c[k]] for c, k in zip(candidates, choices)]
+        )
+        episodes += recorder.step(choices, rewards, terminated, truncated, obs, infos, extras)
+    return episodes, recorder
+
+
+def sac_on_tiny(model, model_options: dict | None = None, **sac):
+    critic = {"input": "decoded_action", "hidden_units": 32}
+    config = run_config(model, "sac", model_options, sac={"batch_size": 8, "critic": critic, **sac})
+    torch.manual_seed(0)
+    agent = GlamAgent.from_config(AgentConfig(config.model, critic=config.sac.critic), ACTION_VOCABULARY)
+    algo = SAC(agent, config, Ranks(), goal_type_prior(config.env))
+    for episode in rollout(agent, config)[0]:
+        algo.add(episode)
+    return algo
+
+
+def stepped_optimizers(algo: SAC) -> list[str]:
+    """Names of the optimizers that `_step` steps, in order (it is the one place steps happen)."""
+    names = {id(algo.actor_optimizer): "actor", id(algo.critic_optimizer): "critic", id(algo.alpha_optimizer): "alpha"}
+    calls: list[str] = []
+    step = algo._step
+
+    def spy(optimizer, *args, **kwargs):
+        calls.append(names[id(optimizer)])
+        return step(optimizer, *args, **kwargs)
+
+    algo._step = spy
+    return calls
+
+
+def test_default_warmup_is_magellans_critic_only_cycles(tiny_models):
+    """MAGELLAN (magellan/main.py): `update_policy = warmup_updates < nb_updates`, nb_updates counting
+    update cycles from 0, with warmup_updates: 10 in its configs: the first 11 cycles train the critic alone."""
+    assert SACConfig().warmup_cycles == 11
+    algo = sac_on_tiny(tiny_models["tiny-t5"])
+    calls = stepped_optimizers(algo)
+    log_alpha = algo.log_alpha.item()
+    per_cycle = algo.cfg.updates_per_cycle
+    for cycle in range(11):
+        algo.update(None, env_steps=10_000 * (cycle + 1))
+        assert calls == ["critic"] * per_cycle * (cycle + 1), cycle
+    assert algo.log_alpha.item() == log_alpha and not algo.actor_optimizer.state
+    algo.update(None, env_steps=120_000)  # the 12th cycle: the actor and alpha learn too
+    assert calls[-3 * per_cycle :] == ["critic", "actor", "alpha"] * per_cycle
+    assert algo.log_alpha.item() != log_alpha and algo.actor_optimizer.state
+
+
+@pytest.mark.parametrize(
+    "warmup, first_actor_cycle",
+    [({"warmup_cycles": 0}, 0), ({"warmup_cycles": 0, "warmup_updates": 3}, 1), ({"warmup_cycles": 2}, 2)],
+)
+def test_warmup_units(tiny_models, warmup, first_actor_cycle):
+    algo = sac_on_tiny(tiny_models["tiny-t5"], **warmup)
+    calls = stepped_optimizers(algo)
+    for cycle in range(first_actor_cycle + 1):
+        algo.update(None, env_steps=10_000 * (cycle + 1))
+        assert ("actor" in calls) == (cycle >= first_actor_cycle), cycle
+
+
+def test_ppo_value_loss_is_clipped_around_the_rollouts_values(tiny_models):
+    config = run_config(tiny_models["tiny-causal"], "ppo", ppo={"rollout_steps": 64, "minibatch_size": 64})
+    torch.manual_seed(0)
+    agent = GlamAgent.from_config(AgentConfig(config.model, value_head=True), ACTION_VOCABULARY)
+    algo = PPO(agent, config, Ranks())
+    episodes, recorder = rollout(agent, config, algo=algo)
+    segments = episodes + recorder.cut()
+    data = algo._transitions(segments)
+    assert [t.old_value for t in data] == pytest.approx([v for s in segments for v in s.extras["value"]])
+    with torch.no_grad():  # pretend the value head moved far since the rollout: the clip must bind
+        agent.value_head.head[-1].bias += 1.0
+        batch = agent.batch_from_ids(
+            [t.prompt for t in data],
+            [[agent.tokens.action(ACTION_VOCABULARY[a]) for a in t.candidates] for t in data],
+            [list(t.candidates) for t in data],
+        )
+        values = agent.value(agent.policy(batch, hidden=True)[1])
+    old, returns = torch.tensor([t.old_value for t in data]), torch.tensor([t.ret for t in data])
+    algo._minibatch_step(data)
+    logged = algo.pop_stats()["value_loss"]
+    assert logged == pytest.approx(value_loss(values, old, returns, clip=0.2).item(), rel=1e-5)
+    assert logged != pytest.approx(value_loss(values, old, returns, clip=None).item(), rel=1e-3)
+
+
+FP16_LORA = {"dtype": "float16", "lora": {"r": 4}}
+
+
+@pytest.mark.parametrize("model_options, scaled", [(FP16_LORA, True), ({}, False)], ids=["fp16", "fp32"])
+def test_fp16_updates_scale_the_loss_of_fp32_trained_weights(tiny_models, model_options, scaled):
+    algo = sac_on_tiny(tiny_models["tiny-t5"], model_options, warmup_cycles=0)
+    trained = algo.actor_params + algo.critic_params
+    assert all(p.dtype == torch.float32 for p in trained)  # LoRA adapters and heads: the scaler unscales them
+    assert any(p.dtype == torch.float16 for p in algo.agent.lm.model.parameters()) == scaled
+    before = [p.detach().clone() for p in trained]
+    algo.update(None, env_steps=10_000)
+    stats = algo.pop_stats()
+    assert all(math.isfinite(stats[k]) for k in ("critic_loss", "actor_loss", "mean_q", "entropy"))
+    assert all(not torch.equal(a, p) for a, p in zip(before, trained) if p.grad is not None)
+    scalers = algo.state_dict()["scalers"]
+    assert len(scalers) == 3 and all(bool(s) == scaled for s in scalers)  # a disabled scaler has no state
+    if scaled:
+        assert algo.scalers[algo.critic_optimizer].get_scale() > 1  # losses are multiplied before backward
+
+    ppo_config = run_config(tiny_models["tiny-causal"], "ppo", model_options, ppo={"rollout_steps": 32})
+    agent = GlamAgent.from_config(AgentConfig(ppo_config.model, value_head=True), ACTION_VOCABULARY)
+    ppo = PPO(agent, ppo_config, Ranks())
+    assert ppo.scaler.is_enabled() == scaled and bool(ppo.state_dict()["scaler"]) == scaled
