@@ -196,7 +196,9 @@ def test_driver_stopped_and_killed_re_attaches_finished_is_final_and_mid_campaig
 
     # 2. Started again: it re-attaches (unless the job ended meanwhile); then kill -9 while a job runs.
     driver = start_driver(args, cluster, log)
-    wait_for(lambda: f"re-attached to job {job}" in log.read_text() or state(job, cluster) not in LIVE, 120, "re-attach")
+    wait_for(
+        lambda: f"re-attached to job {job}" in log.read_text() or state(job, cluster) not in LIVE, 120, "re-attach"
+    )
     wait_for(lambda: running_job(runs, cluster), 600, "a running job")
     driver.send_signal(signal.SIGKILL)
     driver.wait(timeout=30)

@@ -171,7 +171,7 @@ def test_dry_run_of_the_paper_grid_lists_every_run_and_the_budget(tmp_path):
     runs = expand(load_definitions(DEFINITIONS), PAPER, tmp_path)
     out = result.stdout + result.stderr
     assert "GPU-hour budget of Snakemake's plan: 66 train jobs (66 new)" in out
-    assert out.count(f"total: {len(runs)} runs to train, 3,120.0 GPU-hours planned") == 2  # at the start and the end
+    assert out.count(f"total: {len(runs)} runs to train, 3,019.2 GPU-hours planned") == 2  # at the start and the end
     assert out.count("rule train:") == len(runs)
     assert all(str(run.directory / MARKER) in out for run in runs)
     assert "rule container:" in out  # the image is built (on the login node) before jobs use it
@@ -186,7 +186,7 @@ def test_real_launch_refuses_a_plan_above_the_allocation(tmp_path):
     result = snakemake("--profile", "profiles/slurm", "--config", *config)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
-        "error: the plan needs 1,040.0 GPU-hours and 0.0 are already spent: 1,040.0 is over the allocation of "
+        "error: the plan needs 777.6 GPU-hours and 0.0 are already spent: 777.6 is over the allocation of "
         "100.0 (budget.allocation_gpu_hours); launch fewer experiments or seeds, or raise the allocation"
     )
     assert not any(tmp_path.iterdir())  # nothing was launched or written
@@ -342,3 +342,32 @@ def test_local_profile_runs_the_smoke_experiment_end_to_end(tmp_path):
     assert made.returncode == 0, made.stderr[-3000:]
     html = report.read_text()
     assert html.lstrip().lower().startswith("<!doctype html>") and "figure2.png" in html and "summary.csv" in html
+
+
+def test_models_are_staged_at_their_pinned_commit_with_only_pytorch_files(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    from sacglam_core.models.loading import stage
+
+    commit = "7bcac572ce56db69c1ea7c8af255c5d7c9672fc2"
+    calls = []
+
+    def snapshot_download(name, cache_dir, revision, allow_patterns):
+        calls.append((name, revision, allow_patterns))
+        snapshot = Path(cache_dir) / "models--google--flan-t5-base" / "snapshots" / commit
+        snapshot.mkdir(parents=True, exist_ok=True)
+        (snapshot / "model.safetensors").touch()
+        return str(snapshot)
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    stage("google/flan-t5-base", str(tmp_path), commit)
+    ((name, revision, patterns),) = calls
+    assert (name, revision) == ("google/flan-t5-base", commit) and "*.safetensors" in patterns
+    assert not any(p.endswith((".h5", ".msgpack", ".onnx", ".bin")) or p == "*" for p in patterns)
+    # the offline trainer loads `main`: it must be the pinned commit
+    assert (tmp_path / "models--google--flan-t5-base" / "refs" / "main").read_text() == commit
+    definitions = load_definitions(DEFINITIONS)
+    settings = parse_workflow_config(yaml.safe_load((ROOT / "workflow" / "config" / "config.yaml").read_text()))
+    hub_models = {r.config.model.name_or_path for r in expand(definitions, PAPER, "results")}
+    assert hub_models <= set(settings.model_revisions)  # every staged model is pinned

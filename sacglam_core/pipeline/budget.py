@@ -67,15 +67,19 @@ class Calibration:
             return self.seeded[key], "calibration table"
         if gpu == "cpu":
             return float("nan"), "not measured yet"
-        cost = self.relative_cost.get(algorithm_key(config), 1.0)
+        algorithm = algorithm_key(config)
+        cost = self.relative_cost.get(algorithm, 1.0)
         paper_setting = (
             config.total_steps == self.paper.steps_per_seed
             and not config.env.simplified
             and Path(config.model.name_or_path).name == self.paper.model
             and gpu == self.paper.gpu_name
-            and cost == 1.0
         )
-        return self.paper.steps_per_gpu_hour / cost, "paper" if paper_setting else "scaled estimate"
+        if not paper_setting:
+            source = "scaled estimate"
+        else:
+            source = "paper" if cost == 1.0 else f"paper, {algorithm} x{cost:g}"
+        return self.paper.steps_per_gpu_hour / cost, source
 
 
 def load_calibration(table: str | Path, results: str | Path) -> Calibration:
@@ -183,7 +187,8 @@ class Budget:
         return self.spent_finished + self.spent_partial
 
     def over(self, allocation: float | None) -> bool:
-        return allocation is not None and self.planned + self.spent > allocation
+        """Whether training the plan would exceed the allocation (a plan with nothing to train never does)."""
+        return allocation is not None and self.planned > 0 and self.planned + self.spent > allocation
 
 
 def estimate(

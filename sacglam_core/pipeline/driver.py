@@ -217,7 +217,7 @@ class Driver:
     def _on_slurm(self, run: Run, note: RunLog) -> None:
         job_id = self._attach(run, note) or self._submit(run, note)
         state = self.watcher.wait(job_id, self.stop)
-        if runstate.finished(run.directory) is None and state not in ("CANCELLED",):
+        if runstate.finished(run.directory) is None and state != "CANCELLED":
             self._await_done(run, patience_s=DONE_LATENCY_S, quiet=True)
         if runstate.finished(run.directory) is not None:
             note(f"job {job_id} ended {state}: the run is finished")
@@ -247,9 +247,10 @@ class Driver:
             return str(record["job_id"])
         name = job_name(run.directory)
         named = sorted((j for j, (state, n) in queue.items() if n == name and state in slurm.LIVE), key=int)
+        found = "found by its name; it was not recorded yet"
         trainer = holder(run.directory)
         if not named and trainer and trainer.get("slurm_job_id"):
-            named = [str(trainer["slurm_job_id"])]
+            named, found = [str(trainer["slurm_job_id"])], "its trainer holds the run's lease"
         elif not named and trainer is not None:
             raise RunFailed(
                 f"{run.directory} is in use by pid {trainer.get('pid')} on {trainer.get('host')}, not a SLURM job of "
@@ -257,10 +258,9 @@ class Driver:
             )
         if not named:
             return None
-        runstate.write_job(
-            run.directory, {"job_id": named[0], "name": name, "found": time.time(), "driver": self.session}
-        )
-        note(f"re-attached to job {named[0]} (found by its name; it was not recorded yet)")
+        record = {"job_id": named[0], "name": name, "found": time.time(), "driver": self.session}
+        runstate.write_job(run.directory, record)
+        note(f"re-attached to job {named[0]} ({found})")
         return named[0]
 
     def _submit(self, run: Run, note: RunLog) -> str:

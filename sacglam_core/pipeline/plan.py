@@ -88,7 +88,7 @@ class Plan:
         """Snakemake's onstart: refuse (one line, status 2) or start the driver; nothing was submitted yet."""
         try:
             driver.start(training=self.enforce(workflow))
-        except (budgeting.BudgetExceededError, DriverError) as error:
+        except (budgeting.BudgetExceededError, DriverError, runstate.RunStateError) as error:
             say(f"error: {error}")
             raise SystemExit(2) from None
 
