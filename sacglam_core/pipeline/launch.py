@@ -114,6 +114,9 @@ class TrainingJob(submitit.helpers.Checkpointable):
 
     def __call__(self) -> dict | None:
         job = submitit.JobEnvironment()
+        done = Path(self.run_dir) / "done.json"
+        if done.exists():  # finished is final: an attempt that finds the run finished starts nothing
+            return json.loads(done.read_text()) if job.global_rank == 0 else None
         ranks = {}
         if job.num_tasks > 1:
             distributed = submitit.helpers.TorchDistributedEnvironment()
@@ -126,7 +129,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
         if job.global_rank == 0:
             record_attempt(Path(self.run_dir), job.job_id, job.num_tasks, status)
         if status == 0:
-            return json.loads((Path(self.run_dir) / "done.json").read_text()) if job.global_rank == 0 else None
+            return json.loads(done.read_text()) if job.global_rank == 0 else None
         if status == EXIT_PREEMPTED:  # preempted (SIGTERM) outside submitit's own USR2 path
             job_id = os.environ.get("SLURM_JOB_ID")
             if job.global_rank == 0 and job_id:
@@ -140,7 +143,8 @@ class TrainingJob(submitit.helpers.Checkpointable):
         raise RuntimeError(f"trainer exited with status {status}; see the job's log in {self.run_dir}/slurm")
 
     def checkpoint(self, *args, **kwargs):
-        """Called by submitit on rank 0 at the time limit: have the trainer checkpoint, then requeue."""
+        """Called by submitit on rank 0 at the time limit: have the trainer checkpoint, then requeue; unless
+        the run finished meanwhile (its done.json exists): then None, and submitit ends the job."""
         if self._process is not None and self._process.returncode is None:
             self._process.send_signal(signal.SIGUSR2)  # all ranks stop together at the next step
             # Not Popen.wait(): this runs in a signal handler that interrupted Popen.wait() in __call__,
@@ -151,6 +155,8 @@ class TrainingJob(submitit.helpers.Checkpointable):
                 record_attempt(Path(self.run_dir), job.job_id, job.num_tasks, os.waitstatus_to_exitcode(status))
             except ChildProcessError:
                 pass  # already reaped
+        if (Path(self.run_dir) / "done.json").exists():
+            return None  # finished is final: never requeue a finished run
         return submitit.helpers.DelayedSubmission(self)
 
 
