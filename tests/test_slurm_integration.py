@@ -267,5 +267,5 @@ def test_a_users_scancel_is_not_undone(cluster, tmp_path):
     assert f"its job {job} was cancelled during this invocation" in text  # Snakemake's retries do not resubmit
     time.sleep(5)
     assert jobs_named(job_name(run.directory), cluster) == [(job, "CANCELLED")]  # not requeued, not resubmitted
-    records = slurm("sacct", "-X", "--duplicates", "-n", "-P", "-j", job, "-o", "JobID,State", env=cluster).split()
+    records = slurm("sacct", "-X", "--duplicates", "-n", "-P", "-j", job, "-o", "JobID,State", env=cluster).splitlines()
     assert len(records) == 1 and not (run.directory / "done.json").exists()  # one record: never requeued
