@@ -60,7 +60,8 @@ def say(message: str) -> None:
 
 
 class RunLog:
-    """`<run>/driver.log`: what the driver did for the run (submissions, re-attachments, job states)."""
+    """`<run>/driver.log`, the train rule's log: what the driver did for the run in this invocation (submitted,
+    re-attached, the job's end); Snakemake empties it when the job starts. `job.json` keeps the job's id."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
