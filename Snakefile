@@ -1,7 +1,8 @@
 """SAC-GLAM: regenerate the paper's results.
 
-    snakemake --profile profiles/slurm -n     # plan: the runs to launch and their GPU-hour budget
-    snakemake --profile profiles/slurm        # on a SLURM cluster (submitit, Apptainer, 4 GPUs per run)
+    snakemake --profile profiles/slurm -n     # plan: the runs to train, their GPU-hour budget, the preflight
+    snakemake --profile profiles/slurm        # on a SLURM cluster (submitit, Apptainer, 4 GPUs per run);
+                                              # stop it any time: the jobs keep running, the next one re-attaches
     snakemake --profile profiles/local        # on a laptop CPU, the tiny model
     snakemake --profile profiles/local figures            # figures and tables from existing metrics
     snakemake --profile profiles/local --report results/report.html
@@ -22,7 +23,7 @@ include: "workflow/rules/aggregate.smk"
 
 rule all:
     input:
-        [run_output(run) for run in RUNS],
+        [marker(run) for run in RUNS],
         [path for name in SETTINGS.experiments for path in aggregate_outputs(name)],
         rules.goal_types.output,
         rules.calibration.output,

@@ -81,6 +81,12 @@ class Ranks:
             dist.barrier()
 
 
+def local_gpu(local_rank: int, visible: int) -> int:
+    """This rank's GPU among the `visible` ones: its local rank when each task sees all of the node's GPUs,
+    0 when SLURM binds one GPU to each task (--gpus-per-task, --gpu-bind)."""
+    return local_rank % max(visible, 1)
+
+
 def init_ranks() -> Ranks:
     """Join the process group that torchrun (or submitit's distributed environment) describes."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -88,19 +94,21 @@ def init_ranks() -> Ranks:
         return Ranks()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     gpu = torch.cuda.is_available()
+    device = "cpu"
     if gpu:
-        torch.cuda.set_device(local_rank)
+        device = f"cuda:{local_gpu(local_rank, torch.cuda.device_count())}"
+        torch.cuda.set_device(device)
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if gpu else "gloo")
-    return Ranks(int(os.environ["RANK"]), world, local_rank, f"cuda:{local_rank}" if gpu else "cpu")
+    return Ranks(int(os.environ["RANK"]), world, local_rank, device)
 
 
 def resolve_device(requested: str, ranks: Ranks) -> str:
     """The device of this rank's model; a CUDA device this machine does not have is a ConfigError."""
     if requested == "auto":
         requested = "cuda" if torch.cuda.is_available() else "cpu"
-    if requested == "cuda" and ranks.active:
-        requested = f"cuda:{ranks.local_rank}"
+    if requested == "cuda" and ranks.device.startswith("cuda"):
+        requested = ranks.device
     if requested.startswith("cuda"):
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         index = int(requested.partition(":")[2] or 0)

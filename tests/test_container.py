@@ -1,4 +1,6 @@
-"""The Apptainer definition, checked without the apptainer binary: it parses, and its pins are the project's."""
+"""The Apptainer definition, checked without the apptainer binary: it parses, its base image is pinned by digest,
+its packages come from a lock file with hashes that agrees with pyproject, it holds no copy of the code, and
+its test checks the V100's architecture."""
 
 import re
 import tomllib
@@ -12,6 +14,7 @@ from spython.main.parse.parsers import SingularityParser
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFINITION = ROOT / "containers" / "sacglam.def"
+LOCK = ROOT / "containers" / "requirements.lock"
 
 
 @pytest.fixture(scope="module")
@@ -24,29 +27,52 @@ def project() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
-def pins(lines: list[str]) -> dict[str, str]:
-    found = {}
-    for token in re.findall(r"[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+\-]+", " ".join(lines)):
-        name, version = token.split("==")
-        found[canonicalize_name(name)] = version
-    return found
+def core_pins() -> dict[str, str]:
+    required = [Requirement(r) for r in project()["dependencies"]]
+    assert all(len(r.specifier) == 1 and next(iter(r.specifier)).operator == "==" for r in required)
+    return {canonicalize_name(r.name): next(iter(r.specifier)).version for r in required}
 
 
-def test_definition_parses_with_the_expected_sections(recipe):
-    assert recipe.fromHeader.startswith("python:3.11")
-    assert SpecifierSet(project()["requires-python"]).contains("3.11")
-    copied = {line.split()[0] for line in recipe.files}
-    assert {"pyproject.toml", "sacglam_core"} <= copied
-    assert all((ROOT / path).exists() for path in copied)
+def locked() -> dict[str, tuple[str, int]]:
+    """name -> (version, number of hashes) of every requirement in the lock file."""
+    entries = {}
+    for block in re.split(r"\n(?=[A-Za-z0-9])", LOCK.read_text()):
+        match = re.match(r"([A-Za-z0-9_.\-]+)==([^\s\\]+)", block)
+        if match:
+            entries[canonicalize_name(match.group(1))] = (
+                match.group(2),
+                len(re.findall(r"--hash=sha256:[0-9a-f]{64}", block)),
+            )
+    return entries
+
+
+def test_definition_parses_with_a_base_image_pinned_by_digest(recipe):
+    image, _, digest = recipe.fromHeader.partition("@")
+    assert image.startswith("python:3.11") and re.fullmatch(r"sha256:[0-9a-f]{64}", digest), recipe.fromHeader
+    assert SpecifierSet(project()["requires-python"]).contains(image.split(":")[1].split("-")[0])
     assert "HF_HUB_OFFLINE=1" in recipe.environ  # compute nodes run offline; models are staged before
-    assert any("pip install --no-deps /opt/sacglam" in line for line in recipe.install)
+    assert "PYTHONNOUSERSITE=1" in recipe.environ
 
 
-def test_container_pins_equal_the_projects_core_dependencies(recipe):
-    required = {canonicalize_name(Requirement(r).name): Requirement(r) for r in project()["dependencies"]}
-    assert all(len(r.specifier) == 1 and next(iter(r.specifier)).operator == "==" for r in required.values())
-    expected = {name: next(iter(r.specifier)).version for name, r in required.items()}
-    assert pins(recipe.install) == expected
+def test_one_copy_of_the_code_the_repository(recipe):
+    """The image holds the dependencies only; the workflow binds the repository and sets PYTHONPATH to it."""
+    copied = {line.split()[0] for line in recipe.files}
+    assert copied == {"containers/requirements.lock"} and all((ROOT / p).exists() for p in copied)
+    assert not any(
+        "sacglam" in line and "pip install" in line and "requirements.lock" not in line for line in recipe.install
+    )
+
+
+def test_packages_come_from_the_lock_file_with_hashes_and_agree_with_pyproject(recipe):
+    assert any("--require-hashes -r /opt/sacglam/requirements.lock" in line for line in recipe.install)
+    entries = locked()
+    assert entries and all(hashes >= 1 for _, hashes in entries.values())
+    pins = core_pins()
+    torch = pins.pop("torch")
+    assert {name: entries[name][0] for name in pins} == pins  # every core dependency, at pyproject's version
+    assert "torch" not in entries and not any(name.startswith("nvidia-") for name in entries)
+    torch_line = next(line for line in recipe.install if "torch==" in line)
+    assert f"torch=={torch}" in torch_line
 
 
 def test_torch_comes_from_a_cuda_index_that_supports_volta(recipe):
@@ -54,3 +80,6 @@ def test_torch_comes_from_a_cuda_index_that_supports_volta(recipe):
     match = re.search(r"download\.pytorch\.org/whl/cu(\d+)", torch_line)
     assert match, torch_line
     assert 118 <= int(match.group(1)) < 130  # CUDA 13 builds no longer run on V100 (sm_70)
+    assert recipe.test == "/bin/bash /tests.sh"  # spython turns %test into this script, written in install
+    test = "\n".join(line for line in recipe.install if line.endswith(">> /tests.sh"))
+    assert "arch = torch.cuda.get_arch_list()" in test and 'assert "sm_70" in arch' in test

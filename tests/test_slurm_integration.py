@@ -1,25 +1,44 @@
-"""The workflow on a real single-node SLURM cluster (workflow/scripts/slurm_cluster.sh): every run is an
-sbatch job through submitit with 4 (fake) GPUs and 4 ranks, one is killed by its time limit, requeued
-and finishes from its checkpoint. Run deliberately: `pytest -m slurm` (CI does)."""
+"""The workflow on a real single-node SLURM cluster (workflow/scripts/slurm_cluster.sh): every run is an sbatch
+job through submitit with 4 (fake) GPUs and 4 ranks. One is killed by its time limit, requeued and finishes from
+its checkpoint; the driver is stopped (SIGTERM) and killed (kill -9) while jobs run and re-attaches to them; a
+finished campaign stays finished whatever is touched; `figures` and `--report` work mid-campaign; a bad partition is
+refused before anything is submitted; a user's scancel is never undone. Run deliberately: `pytest -m slurm`."""
 
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from sacglam_core.pipeline import runstate
 from sacglam_core.pipeline.experiments import expand, load_definitions
+from sacglam_core.pipeline.launch import job_name
 
 pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "workflow" / "scripts" / "slurm_cluster.sh"
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+LAUNCHER = {
+    "container": None,  # the test override: no Apptainer on this machine
+    "partition": "debug",
+    "constraint": None,
+    "qos": None,
+    "gpus_per_node": 4,
+    "cpus_per_gpu": 1,
+    "mem_gb": 2,
+    "time_min": 10,
+    "signal_delay_s": 45,
+    "threads_per_task": 1,
+    "poll_s": 2,
+}
 
 
 def slurm(*command: str, env: dict) -> str:
@@ -36,6 +55,7 @@ def cluster():
     exports = subprocess.run(["bash", str(SCRIPT), "env", state], capture_output=True, text=True, check=True).stdout
     env = dict(os.environ)
     env.update(re.findall(r"export (\w+)=(\S+)", exports))
+    env["PYTHONPATH"] = str(ROOT)
     yield env
     if not already_up:
         subprocess.run(["bash", str(SCRIPT), "stop", state], timeout=300)
@@ -50,46 +70,90 @@ def release_requeued_jobs(env: dict, stop: threading.Event) -> None:
                 slurm("scontrol", "update", f"JobId={job}", "StartTime=now", env=env)
 
 
-def test_smoke_experiment_through_sbatch_with_requeue(cluster, tmp_path):
+def smoke_definitions(tmp_path: Path, variants=("PPO-GLAM", "SAC-GLAM+HER"), steps: dict | None = None) -> Path:
     definitions = yaml.safe_load((ROOT / "workflow" / "config" / "experiments.yaml").read_text())
     smoke = definitions["experiments"]["smoke"]
-    smoke["variants"] = {k: v for k, v in smoke["variants"].items() if k in ("PPO-GLAM", "SAC-GLAM+HER")}
-    smoke["variants"]["SAC-GLAM+HER"]["total_steps"] = 4096  # outlives the 2-minute time limit
-    experiments = tmp_path / "experiments.yaml"
-    experiments.write_text(yaml.safe_dump(definitions))
-    launcher = {
-        "container": None,  # the test override: no Apptainer on this machine
-        "partition": "debug",
-        "constraint": None,
-        "qos": None,
-        "gpus_per_node": 4,
-        "cpus_per_gpu": 1,
-        "mem_gb": 2,
-        "time_min": 2,
-        "signal_delay_s": 45,
-        "threads_per_task": 1,
-    }
-    config = [
-        "experiments=[smoke]",
+    smoke["variants"] = {k: v for k, v in smoke["variants"].items() if k in variants}
+    for variant, total in (steps or {}).items():
+        smoke["variants"][variant]["total_steps"] = total
+    later = dict(smoke, seeds=[5], variants={"PPO-GLAM": smoke["variants"]["PPO-GLAM"]})
+    definitions["experiments"]["later"] = later  # an experiment nobody started (mid-campaign)
+    path = tmp_path / "experiments.yaml"
+    path.write_text(yaml.safe_dump(definitions))
+    return path
+
+
+def config(tmp_path: Path, experiments: Path, names=("smoke",), **launcher) -> list[str]:
+    return [
+        f"experiments={json.dumps(list(names))}",
         f"experiment_file={experiments}",
         f"results={tmp_path / 'results'}",
         f"models={tmp_path / 'models'}",
         f"hf_cache={tmp_path / 'hf'}",
-        f"launcher={json.dumps(launcher)}",
+        f"launcher={json.dumps(LAUNCHER | launcher)}",
     ]
+
+
+def snakemake(args: list[str], env: dict, timeout: int = 1500) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["timeout", str(timeout), SNAKEMAKE, "--profile", "profiles/slurm", "--cores", "4", "--config", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+
+
+def start_driver(args: list[str], env: dict, log: Path) -> subprocess.Popen:
+    out = open(log, "a")  # noqa: SIM115 (closed with the process)
+    command = [SNAKEMAKE, "--profile", "profiles/slurm", "--cores", "4", "--config", *args]
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_for(condition, seconds: float, what: str):
+    deadline = time.monotonic() + seconds
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(1)
+
+
+def jobs_named(name: str, env: dict) -> list[tuple[str, str]]:
+    """(job id, state) of every job with this name in accounting, requeues counted once."""
+    out = slurm("sacct", "-X", "-n", "-P", "-o", "JobID,State", f"--name={name}", "-S", "now-1days", env=env)
+    rows = [line.split("|") for line in out.splitlines() if line.strip()]
+    return sorted({(job, state.split()[0]) for job, state in rows})  # "CANCELLED by 0" -> CANCELLED
+
+
+LIVE = ("PENDING", "RUNNING", "COMPLETING", "REQUEUED")
+
+
+def state(job: str, env: dict) -> str:
+    return slurm("squeue", "-h", "-j", job, "-o", "%T", env=env).strip()
+
+
+def live_job(run, env: dict) -> str | None:
+    """The run's recorded job id once SLURM runs it."""
+    record = runstate.read_job(run.directory)
+    return str(record["job_id"]) if record and state(str(record["job_id"]), env) == "RUNNING" else None
+
+
+def running_job(runs, env: dict) -> str | None:
+    return next(filter(None, (live_job(run, env) for run in runs)), None)
+
+
+def test_smoke_experiment_through_sbatch_with_requeue(cluster, tmp_path):
+    experiments = smoke_definitions(tmp_path, steps={"SAC-GLAM+HER": 4096})  # outlives the 2-minute time limit
     stop = threading.Event()
     releaser = threading.Thread(target=release_requeued_jobs, args=(cluster, stop), daemon=True)
     releaser.start()
     try:
-        command = [SNAKEMAKE, "--nolock", "--profile", "profiles/slurm", "--cores", "2", "--config", *config]
-        result = subprocess.run(["timeout", "1500", *command], cwd=ROOT, env=cluster, capture_output=True, text=True)
+        result = snakemake(config(tmp_path, experiments, time_min=2), cluster)
     finally:
         stop.set()
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    assert "GPU-hour budget" in result.stderr
+    assert "GPU-hour budget of Snakemake's plan: 2 train jobs (2 new)" in result.stderr
 
     runs = expand(load_definitions(experiments), ["smoke"], tmp_path / "results", {"models": str(tmp_path / "models")})
-    assert len(runs) == 2
     requeued = 0
     for run in runs:
         # Complete outputs.
@@ -98,9 +162,10 @@ def test_smoke_experiment_through_sbatch_with_requeue(cluster, tmp_path):
         assert len(set(done["weight_checksums"])) == 1  # the 4 ranks stayed in sync
         rows = (run.directory / "metrics.csv").read_text().splitlines()
         assert len(rows) == 1 + run.config.total_steps // run.config.eval.every_steps + 1
-        # Through sbatch with 4 GPUs.
+        # Through sbatch with 4 GPUs, one job per run (requeued in place).
         attempts = [json.loads(line) for line in (run.directory / "attempts.jsonl").read_text().splitlines()]
         job_id = attempts[-1]["job_id"]
+        assert [job for job, _ in jobs_named(job_name(run.directory), cluster)] == [job_id]  # one job, requeued
         submission = (run.directory / "slurm" / f"{job_id}_submission.sh").read_text()
         assert "#SBATCH --gres=gpu:4" in submission and "#SBATCH --ntasks-per-node=4" in submission
         assert "gres/gpu=4" in slurm("sacct", "-X", "-n", "-j", job_id, "-o", "AllocTRES%120", env=cluster)
@@ -113,3 +178,94 @@ def test_smoke_experiment_through_sbatch_with_requeue(cluster, tmp_path):
             logs = "".join(p.read_text() for p in (run.directory / "slurm").glob("*_0_log.err"))
             assert "resumed at" in logs
     assert requeued >= 1
+
+
+def test_driver_stopped_and_killed_re_attaches_finished_is_final_and_mid_campaign(cluster, tmp_path):
+    experiments = smoke_definitions(tmp_path)
+    args = config(tmp_path, experiments)
+    runs = expand(load_definitions(experiments), ["smoke"], tmp_path / "results", {"models": str(tmp_path / "models")})
+    log = tmp_path / "driver.txt"
+
+    # 1. SIGTERM while a job runs: the driver detaches at once, the job keeps running.
+    driver = start_driver(args, cluster, log)
+    job = wait_for(lambda: running_job(runs, cluster), 600, "a running job")
+    driver.send_signal(signal.SIGTERM)
+    driver.wait(timeout=30)
+    assert "driver: SIGTERM: detaching; the SLURM jobs keep running" in log.read_text()
+    assert state(job, cluster) in ("RUNNING", "COMPLETING")
+
+    # 2. Started again: it re-attaches (unless the job ended meanwhile); then kill -9 while a job runs.
+    driver = start_driver(args, cluster, log)
+    wait_for(
+        lambda: f"re-attached to job {job}" in log.read_text() or state(job, cluster) not in LIVE, 120, "re-attach"
+    )
+    wait_for(lambda: running_job(runs, cluster), 600, "a running job")
+    driver.send_signal(signal.SIGKILL)
+    driver.wait(timeout=30)
+
+    # 3. Started again: it re-attaches (no lock to remove) and the campaign ends.
+    driver = start_driver(args, cluster, log)
+    assert driver.wait(timeout=1500) == 0, log.read_text()[-4000:]
+    for run in runs:
+        jobs = jobs_named(job_name(run.directory), cluster)
+        assert len(jobs) == 1 and jobs[0][1] == "COMPLETED", jobs  # exactly one job for the run, whole test long
+        attempts = [json.loads(line) for line in (run.directory / "attempts.jsonl").read_text().splitlines()]
+        assert [a["exit_status"] for a in attempts] == [0]  # finished once
+        rows = (run.directory / "metrics.csv").read_text().splitlines()
+        assert len(rows) == 1 + run.config.total_steps // run.config.eval.every_steps + 1  # complete metrics
+        assert runstate.read_job(run.directory)["job_id"] == jobs[0][0]
+
+    # 4. Finished is final: every source file touched, an image newer than everything: nothing to train.
+    for path in [*ROOT.glob("sacglam_core/**/*.py"), *ROOT.glob("workflow/**/*"), *ROOT.glob("containers/*")]:
+        if path.is_file():
+            os.utime(path)
+    (ROOT / "pyproject.toml").touch()
+    image = tmp_path / "sacglam.sif"
+    image.write_text("an image built after everything")
+    dry = snakemake([*config(tmp_path, experiments, container=str(image)), "-n"], cluster)
+    out = dry.stdout + dry.stderr
+    assert dry.returncode == 0, out[-3000:]
+    assert "rule train:" not in out and "total: 0 runs to train, 0.0 GPU-hours planned" in out
+
+    # 5. Mid-campaign: `smoke` finished, `later` never started: figures and the report work.
+    both = config(tmp_path, experiments, names=("smoke", "later"))
+    figures = snakemake([*both, "--", "figures"], cluster)
+    assert figures.returncode == 0, (figures.stdout + figures.stderr)[-3000:]
+    assert "later: no finished runs yet (1 planned): skipped" in figures.stdout + figures.stderr
+    assert (tmp_path / "results" / "smoke" / "figure2.png").exists()
+    report = tmp_path / "report.html"
+    made = snakemake([*both, f"--report={report}"], cluster)
+    assert made.returncode == 0, (made.stdout + made.stderr)[-3000:]
+    assert "figure2.png" in report.read_text()
+
+
+def test_sbatch_test_only_refuses_a_bad_partition_before_submitting(cluster, tmp_path):
+    experiments = smoke_definitions(tmp_path)
+    result = snakemake(config(tmp_path, experiments, partition="nosuch"), cluster, timeout=300)
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: preflight: sbatch --test-only rejected the training jobs' options (partition=nosuch")
+    assert "invalid partition" in last.lower()
+    runs = expand(load_definitions(experiments), ["smoke"], tmp_path / "results", {"models": str(tmp_path / "models")})
+    assert all(jobs_named(job_name(run.directory), cluster) == [] for run in runs)  # nothing was submitted
+    assert not any(runstate.read_job(run.directory) for run in runs)
+
+
+def test_a_users_scancel_is_not_undone(cluster, tmp_path):
+    experiments = smoke_definitions(tmp_path, variants=("PPO-GLAM",))
+    (run,) = expand(
+        load_definitions(experiments), ["smoke"], tmp_path / "results", {"models": str(tmp_path / "models")}
+    )
+    log = tmp_path / "driver.txt"
+    driver = start_driver(config(tmp_path, experiments), cluster, log)
+    job = wait_for(lambda: live_job(run, cluster), 600, "the running job")
+    wait_for(lambda: (run.directory / "metrics.csv").exists(), 300, "training to start")
+    slurm("scancel", job, env=cluster)
+    assert driver.wait(timeout=300) != 0
+    text = log.read_text()
+    assert f"SLURM job {job} was cancelled; not submitted again by this invocation" in text
+    assert f"its job {job} was cancelled during this invocation" in text  # Snakemake's retries do not resubmit
+    time.sleep(5)
+    assert jobs_named(job_name(run.directory), cluster) == [(job, "CANCELLED")]  # not requeued, not resubmitted
+    records = slurm("sacct", "-X", "--duplicates", "-n", "-P", "-j", job, "-o", "JobID,State", env=cluster).splitlines()
+    assert len(records) == 1 and not (run.directory / "done.json").exists()  # one record: never requeued

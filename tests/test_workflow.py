@@ -1,24 +1,29 @@
-"""The workflow: experiments expanded into runs, the GPU-hour budget, dry runs and the local profile."""
+"""The workflow: experiments expanded into runs, its settings, dry runs and the local profile."""
 
 import json
-import math
+import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
-from sacglam_core.pipeline.budget import BudgetExceededError, check_allocation, load_calibration, plan, total
-from sacglam_core.pipeline.config import parse_workflow_config
+from sacglam_core.config import dump_config
+from sacglam_core.metrics import COLUMNS
+from sacglam_core.pipeline.config import WorkflowConfigError, load_workflow_config, parse_workflow_config, slurm_minutes
 from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load_definitions
 from sacglam_core.pipeline.outputs import expected_outputs
+from sacglam_core.pipeline.runstate import MARKER
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [str(Path(sys.executable).parent / "snakemake")]
 DEFINITIONS = ROOT / "workflow" / "config" / "experiments.yaml"
 PAPER = ["main", "critic_architecture", "update_frequency", "her_sampling", "nstep_buffer", "ppo_her"]
+HEAVY = ("torch", "transformers", "peft", "bitsandbytes", "pandas", "scipy", "matplotlib")
 
 
 @pytest.fixture(scope="module")
@@ -70,41 +75,38 @@ def test_adding_a_seed_or_an_experiment_is_configuration(definitions):
     assert sorted(r.config.sac.gamma for r in runs if r.experiment == "gamma") == [0.9, 0.99]
 
 
+def _panels(d: dict) -> None:
+    d["experiments"]["critic_architecture"]["figures"]["figure5"]["panels"]["extra"] = ["input=obs weights=frozen"]
+
+
 @pytest.mark.parametrize(
-    "change, message",
+    "name, change, message",
     [
-        (lambda d: None, "unknown experiment(s) ['figure12']"),
-        (lambda d: d["experiments"]["main"].update(seed=[1]), "unknown keys ['seed']"),
-        (lambda d: d["experiments"]["main"]["variants"]["SAC-GLAM"].update(sac={"n_steps": 2}), "sac.n_steps"),
-        (lambda d: d["experiments"]["main"].pop("variants"), "defines no variants"),
+        ("figure12", lambda d: None, "unknown experiment(s) ['figure12']"),
+        ("main", lambda d: d["experiments"]["main"].update(seed=[1]), "unknown keys ['seed']"),
+        ("main", lambda d: d["experiments"]["main"]["variants"]["SAC-GLAM"].update(sac={"n_steps": 2}), "sac.n_steps"),
+        ("main", lambda d: d["experiments"]["main"].pop("variants"), "defines no variants"),
+        ("critic_architecture", _panels, "panel 'extra': unknown variants ['input=obs weights=frozen']"),
+        ("main", lambda d: d["experiments"]["main"]["figures"]["figure2"].update(x=["steps"]), "unknown x axes"),
+        ("main", lambda d: d["experiments"]["main"].update(seeds=[0, 1, 0]), "repeat a seed"),
     ],
 )
-def test_bad_experiment_definitions_are_rejected(change, message):
+def test_bad_experiment_definitions_are_rejected(name, change, message):
     definitions = yaml.safe_load(DEFINITIONS.read_text())
     change(definitions)
-    names = ["figure12"] if "figure12" in message else ["main"]
     with pytest.raises(ExperimentError, match=re.escape(message)):
-        expand(definitions, names, "results")
+        expand(definitions, [name], "results")
 
 
-def test_budget_from_the_paper_and_from_measured_runs(tmp_path, definitions):
-    table = ROOT / "workflow" / "config" / "calibration.yaml"
-    runs = expand(definitions, ["main"], tmp_path)
-    lines = plan(runs, 4, "Tesla V100-SXM2-32GB", load_calibration(table, tmp_path))
-    assert total(lines) == pytest.approx(12 * 80)  # 80 GPU-hours per seed on V100 (paper, Appendix C)
-    # One finished SAC run that took 10 hours on 4 GPUs: it is skipped and calibrates the other SAC runs.
-    done = [r for r in runs if r.variant == "SAC-GLAM"][0]
-    done.directory.mkdir(parents=True)
-    (done.directory / "config.yaml").write_text(yaml.safe_dump(done.settings))
-    summary = {"env_steps": 400_000, "wall_seconds": 36_000, "gpus": 4, "gpu_name": "Tesla V100-SXM2-32GB"}
-    (done.directory / "done.json").write_text(json.dumps(summary))
-    lines = {line.variant: line for line in plan(runs, 4, "Tesla V100-SXM2-32GB", load_calibration(table, tmp_path))}
-    assert lines["SAC-GLAM"].runs == 3 and lines["SAC-GLAM"].source == "measured"
-    assert lines["SAC-GLAM"].gpu_hours == pytest.approx(3 * 40)
-    assert lines["SAC-GLAM+HER"].source == "paper" and lines["SAC-GLAM+HER"].gpu_hours == pytest.approx(4 * 80)
-    with pytest.raises(BudgetExceededError, match="needs 760.0 GPU-hours but the allocation limit is 500.0"):
-        check_allocation(list(lines.values()), 500)
-    check_allocation(list(lines.values()), 1000)
+def test_a_duplicate_variant_is_an_error_not_an_overwrite(tmp_path):
+    text = DEFINITIONS.read_text().replace(
+        "      SAC-GLAM: {algorithm: sac}\n", "      SAC-GLAM: {algorithm: sac}\n      SAC-GLAM: {algorithm: ppo}\n", 1
+    )
+    path = tmp_path / "experiments.yaml"
+    path.write_text(text)
+    line = text[: text.index("SAC-GLAM: {algorithm: ppo}")].count("\n") + 1
+    with pytest.raises(ExperimentError, match=re.escape(f"{path}:{line}: duplicate key experiments.main.variants.SAC")):
+        load_definitions(path)
 
 
 def test_workflow_configuration_is_validated():
@@ -118,40 +120,186 @@ def test_workflow_configuration_is_validated():
         parse_workflow_config(raw)
 
 
-def snakemake(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([*SNAKEMAKE, "--nolock", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("launcher:\n  time_min: 20:00:00\n", "{path}:2: launcher.time_min: 20:00:00 is read by YAML as the base-60"),
+        ("", "cluster settings file {path} is empty"),
+        (None, "cluster settings file {path} does not exist"),
+        ("launcher:\n  gpus_per_node: 2\n  gpus_per_node: 4\n", "{path}:3: duplicate key launcher.gpus_per_node"),
+        (
+            "budget:\n  allocation_gpu_hours: -5\n",
+            "{path}: budget.allocation_gpu_hours: Input should be greater than 0",
+        ),
+        ("launcher:\n  time_min: 0\n", "{path}: launcher.time_min: Input should be greater than 0"),
+        ("launcher:\n  gpus_per_node: -1\n", "{path}: launcher.gpus_per_node: Input should be greater than or equal"),
+        ('launcher:\n  time_min: "20h"\n', "{path}: launcher.time_min: '20h' is not a SLURM time limit"),
+    ],
+)
+def test_configuration_errors_name_the_file_and_the_key(tmp_path, text, message):
+    path = tmp_path / "cluster.yaml"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(WorkflowConfigError, match=re.escape(message.format(path=path))):
+        load_workflow_config([], {"cluster_file": str(path)})
+
+
+def test_configuration_layers_and_slurm_times(tmp_path):
+    path = tmp_path / "cluster.yaml"
+    path.write_text('launcher:\n  partition: gpu\n  time_min: "20:00:00"\nbudget:\n  allocation_gpu_hours: 900\n')
+    settings = load_workflow_config([], {"cluster_file": str(path), "budget": {"allocation_gpu_hours": "500"}})
+    assert settings.launcher.partition == "gpu" and settings.launcher.time_min == 1200  # quoted: SLURM's format
+    assert settings.budget.allocation_gpu_hours == 500  # --config wins over the cluster file
+    times = ("90", "1:30", "2:00:00", "1-0", "1-02:30", "1-00:00:30")
+    assert [slurm_minutes(t) for t in times] == [90, 2, 120, 1440, 1590, 1441]
+
+
+# -- Snakemake ------------------------------------------------------------------------------------------
+def snakemake(*args: str, timeout: int = 900, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*SNAKEMAKE, "--nolock", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def test_dry_run_of_the_paper_grid_lists_every_run_and_the_budget(tmp_path):
-    result = snakemake(
-        "--profile", "profiles/slurm", "-n", "--config", f"experiments={json.dumps(PAPER)}", f"results={tmp_path}"
-    )
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}  # every import, on stderr
+    start = time.perf_counter()
+    config = ["--config", f"experiments={json.dumps(PAPER)}", f"results={tmp_path}"]
+    result = snakemake("--profile", "profiles/slurm", "-n", *config, env=env)
+    seconds = time.perf_counter() - start
     assert result.returncode == 0, result.stderr[-3000:]
     runs = expand(load_definitions(DEFINITIONS), PAPER, tmp_path)
     out = result.stdout + result.stderr
-    assert f"total: {len(runs)} runs" in out and "GPU-hour budget" in out
+    assert "GPU-hour budget of Snakemake's plan: 66 train jobs (66 new)" in out
+    assert out.count(f"total: {len(runs)} runs to train, 3,019.2 GPU-hours planned") == 2  # at the start and the end
     assert out.count("rule train:") == len(runs)
-    assert all(str(run.directory / "done.json") in out for run in runs)
+    assert all(str(run.directory / MARKER) in out for run in runs)
     assert "rule container:" in out  # the image is built (on the login node) before jobs use it
     assert all(f"rule aggregate_{name}:" in out for name in PAPER) and "rule goal_types:" in out
+    imported = set(re.findall(r"import time:\s+\d+ \|\s+\d+ \|\s*([\w.]+)", result.stderr))
+    assert not [m for m in imported if m.split(".")[0] in HEAVY]  # reading the workflow stays light
+    print(f"dry run of the paper grid: {seconds:.1f} s (with import profiling)")
 
 
 def test_real_launch_refuses_a_plan_above_the_allocation(tmp_path):
     config = ["experiments=[main]", "budget={allocation_gpu_hours: 100}", f"results={tmp_path}"]
     result = snakemake("--profile", "profiles/slurm", "--config", *config)
-    assert result.returncode != 0
-    assert "the plan needs 960.0 GPU-hours but the allocation limit is 100.0" in result.stderr
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: the plan needs 777.6 GPU-hours and 0.0 are already spent: 777.6 is over the allocation of "
+        "100.0 (budget.allocation_gpu_hours); launch fewer experiments or seeds, or raise the allocation"
+    )
     assert not any(tmp_path.iterdir())  # nothing was launched or written
+
+
+def fake_finished_run(run: Run, steps: list[int], marker: bool = True) -> None:
+    """A run as the trainer leaves it when finished (metrics, config, done.json) and, optionally, its marker."""
+    run.directory.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i, step in enumerate(steps):
+        row = dict.fromkeys(COLUMNS, "")
+        row |= {"env_steps": step, "wall_seconds": 10.0 * i, "eval_success": 0.1 * i, "eval_success_test": 0.05 * i}
+        rows.append(row)
+    pd.DataFrame(rows, columns=COLUMNS).to_csv(run.directory / "metrics.csv", index=False)
+    (run.directory / "config.yaml").write_text(dump_config(run.config))
+    summary = {
+        "env_steps": steps[-1],
+        "wall_seconds": 10.0 * len(steps),
+        "gpus": 0,
+        "fingerprint": run.config.fingerprint,
+    }
+    (run.directory / "done.json").write_text(json.dumps(summary))
+    if marker:
+        (run.directory / MARKER).write_text("{}")
+
+
+def local_config(tmp_path: Path, experiments: list[str]) -> list[str]:
+    return [
+        f"experiments={json.dumps(experiments)}",
+        f"results={tmp_path / 'results'}",
+        f"models={tmp_path / 'models'}",
+        f"hf_cache={tmp_path / 'hf'}",
+    ]
+
+
+def smoke_runs(tmp_path: Path, definitions: dict) -> list[Run]:
+    return expand(definitions, ["smoke"], tmp_path / "results", {"models": str(tmp_path / "models")})
+
+
+def test_finished_runs_are_final_whatever_changes(tmp_path, definitions):
+    """Touching every source file, the models and the image never plans a finished run again; a run that has
+    its done.json but lost its marker (an older layout, a cleanup) costs nothing and is not trained."""
+    (tmp_path / "models" / "tiny-t5").mkdir(parents=True)
+    (tmp_path / "models" / "tiny-causal").mkdir()
+    runs = smoke_runs(tmp_path, definitions)
+    for run in runs:
+        fake_finished_run(run, [0, 512, 1024], marker=run is not runs[0])
+    time.sleep(0.05)
+    for path in [*ROOT.glob("sacglam_core/**/*.py"), *ROOT.glob("workflow/**/*"), ROOT / "pyproject.toml"]:
+        if path.is_file():
+            os.utime(path)
+    os.utime(tmp_path / "models" / "tiny-t5")
+    config = local_config(tmp_path, ["smoke"])
+    dry = snakemake("--profile", "profiles/local", "-n", "--config", *config)
+    out = dry.stdout + dry.stderr
+    assert dry.returncode == 0, out[-3000:]
+    assert out.count("rule train:") == 1 and str(runs[0].directory / MARKER) in out  # only the marker is missing
+    assert "GPU-hour budget of Snakemake's plan: 1 train jobs (1 finished)" in out
+    assert "total: 0 runs to train, 0.0 GPU-hours planned" in out
+    real = snakemake("--profile", "profiles/local", "--config", *config, "--", str(runs[0].directory / MARKER))
+    assert real.returncode == 0, (real.stdout + real.stderr)[-3000:]
+    assert (runs[0].directory / MARKER).exists() and not (runs[0].directory / "attempts.jsonl").exists()
+    again = snakemake(
+        "--profile", "profiles/local", "-n", "--config", *config, "--", *[str(r.directory / MARKER) for r in runs]
+    )
+    assert "Nothing to be done" in again.stdout + again.stderr
+    assert "total: 0 runs to train, 0.0 GPU-hours planned" in again.stdout + again.stderr
+
+
+def test_mid_campaign_figures_and_report(tmp_path, definitions):
+    """One experiment finished, one not started: `figures` and `--report` work, and say what they skip."""
+    for run in smoke_runs(tmp_path, definitions):
+        fake_finished_run(run, [0, 512, 1024])
+    config = local_config(tmp_path, ["smoke", "mini"])
+    figures = snakemake("--profile", "profiles/local", "--config", *config, "--", "figures")
+    out = figures.stdout + figures.stderr
+    assert figures.returncode == 0, out[-3000:]
+    assert "mini: no finished runs yet (9 planned): skipped" in out and "rule train:" not in out
+    smoke = expected_outputs("smoke", definitions["experiments"]["smoke"], tmp_path / "results")
+    assert all(p.exists() for p in smoke) and not (tmp_path / "results" / "mini").exists()
+    report = tmp_path / "report.html"
+    made = snakemake("--profile", "profiles/local", "--config", *config, "--report", str(report))
+    assert made.returncode == 0, (made.stdout + made.stderr)[-3000:]
+    assert "figure2.png" in report.read_text()
+
+
+def test_preflight_refuses_to_resume_with_other_ranks(tmp_path, definitions):
+    run = smoke_runs(tmp_path, definitions)[0]
+    (run.directory / "checkpoints").mkdir(parents=True)
+    (run.directory / "checkpoints" / "ckpt-000000512.json").write_text(json.dumps({"number": 512, "world": 4}))
+    for model in ("tiny-t5", "tiny-causal"):
+        (tmp_path / "models" / model).mkdir(parents=True, exist_ok=True)
+    config = local_config(tmp_path, ["smoke"])
+    message = f"{run.directory} was checkpointed by 4 ranks (ckpt-000000512.json) but launcher.gpus_per_node gives 1"
+    dry = snakemake("--profile", "profiles/local", "-n", "--config", *config)
+    assert dry.returncode == 0 and f"WARNING: preflight: {message}" in dry.stderr
+    assert "GPU-hour budget of Snakemake's plan: 3 train jobs (2 new, 1 resumes)" in dry.stderr
+    real = snakemake("--profile", "profiles/local", "--config", *config)
+    assert real.returncode == 2 and f"error: preflight: {message}" in real.stderr
+    assert not (run.directory / "attempts.jsonl").exists() and not (run.directory / "run.yaml").exists()
+
+
+def test_lint_is_clean():
+    for profile in ("profiles/local", "profiles/slurm"):
+        result = snakemake("--profile", profile, "--lint")
+        out = result.stdout + result.stderr
+        assert "Congratulations, your workflow is in a good condition!" in out, out[-3000:]
+        assert "localrules" not in out
 
 
 def test_local_profile_runs_the_smoke_experiment_end_to_end(tmp_path):
     results = tmp_path / "results"
-    paths = [
-        "experiments=[smoke]",
-        f"results={results}",
-        f"models={tmp_path / 'models'}",
-        f"hf_cache={tmp_path / 'hf'}",
-    ]
+    paths = local_config(tmp_path, ["smoke"])
     result = snakemake("--profile", "profiles/local", "--config", *paths)
     assert result.returncode == 0, result.stderr[-3000:]
     definitions = load_definitions(DEFINITIONS)
@@ -172,15 +320,16 @@ def test_local_profile_runs_the_smoke_experiment_end_to_end(tmp_path):
     again = snakemake("--profile", "profiles/local", "--config", *paths)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
 
-    # A lost run is launched again, alone (its last checkpoint makes that immediate), and its experiment's
-    # figures and tables are made again.
+    # A lost run (done.json and the marker gone) is trained again, alone, from its last checkpoint, and its
+    # experiment's figures and tables are made again.
     lost = runs[0].directory
     (lost / "done.json").unlink()
+    (lost / MARKER).unlink()
     third = snakemake("--profile", "profiles/local", "--config", *paths)
     log = third.stdout + third.stderr
     assert third.returncode == 0, third.stderr[-3000:]
     assert log.count("rule train:") == 1 and "rule aggregate_smoke:" in log
-    assert (lost / "done.json").exists()
+    assert (lost / "done.json").exists() and "resumed at 1024" in (lost / "trainer.log").read_text()
 
     # Figures again from existing metrics, without training; then the HTML report.
     figure = results / "smoke" / "figure2.png"
@@ -195,15 +344,30 @@ def test_local_profile_runs_the_smoke_experiment_end_to_end(tmp_path):
     assert html.lstrip().lower().startswith("<!doctype html>") and "figure2.png" in html and "summary.csv" in html
 
 
-def test_cpu_runs_are_budgeted_from_measured_cpu_runs(tmp_path, definitions):
-    table = ROOT / "workflow" / "config" / "calibration.yaml"
-    runs = expand(definitions, ["smoke"], tmp_path, {"models": "resources/models"})
-    (line, *_) = plan(runs[:1], 0, "ignored", load_calibration(table, tmp_path))
-    assert math.isnan(line.hours) and line.source == "not measured yet" and line.gpu_hours == 0
-    done = runs[0]
-    done.directory.mkdir(parents=True)
-    (done.directory / "config.yaml").write_text(yaml.safe_dump(done.settings))
-    (done.directory / "done.json").write_text(json.dumps({"env_steps": 1024, "wall_seconds": 360, "gpus": 0}))
-    twin = Run(done.experiment, done.variant, 1, tmp_path / "other", {**done.settings, "seed": 1})
-    (line,) = plan([twin], 0, "ignored", load_calibration(table, tmp_path))
-    assert line.source == "measured" and line.hours == pytest.approx(0.1)  # 1024 steps in 6 minutes
+def test_models_are_staged_at_their_pinned_commit_with_only_pytorch_files(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    from sacglam_core.models.loading import stage
+
+    commit = "7bcac572ce56db69c1ea7c8af255c5d7c9672fc2"
+    calls = []
+
+    def snapshot_download(name, cache_dir, revision, allow_patterns):
+        calls.append((name, revision, allow_patterns))
+        snapshot = Path(cache_dir) / "models--google--flan-t5-base" / "snapshots" / commit
+        snapshot.mkdir(parents=True, exist_ok=True)
+        (snapshot / "model.safetensors").touch()
+        return str(snapshot)
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    stage("google/flan-t5-base", str(tmp_path), commit)
+    ((name, revision, patterns),) = calls
+    assert (name, revision) == ("google/flan-t5-base", commit) and "*.safetensors" in patterns
+    assert not any(p.endswith((".h5", ".msgpack", ".onnx", ".bin")) or p == "*" for p in patterns)
+    # the offline trainer loads `main`: it must be the pinned commit
+    assert (tmp_path / "models--google--flan-t5-base" / "refs" / "main").read_text() == commit
+    definitions = load_definitions(DEFINITIONS)
+    settings = parse_workflow_config(yaml.safe_load((ROOT / "workflow" / "config" / "config.yaml").read_text()))
+    hub_models = {r.config.model.name_or_path for r in expand(definitions, PAPER, "results")}
+    assert hub_models <= set(settings.model_revisions)  # every staged model is pinned

@@ -1,4 +1,5 @@
-"""Command line: `python -m sacglam_core.models build-tiny <dir>` and `... stage <hub-id> --cache-dir <dir>`."""
+"""Command line: `python -m sacglam_core.models build-tiny <dir>` and
+`... stage <hub-id> --cache-dir <dir> [--revision <commit>]`."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     stage = commands.add_parser("stage", help="download a Hugging Face model into a shared cache (needs internet)")
     stage.add_argument("name", help="hub id, e.g. google/flan-t5-base")
     stage.add_argument("--cache-dir", default=None)
+    stage.add_argument("--revision", default=None, help="the commit to stage (the cache's `main` then points to it)")
     args = parser.parse_args(argv)
     if args.command == "build-tiny":
         from sacglam_core.models.tiny import TinySpec, build_tiny
@@ -26,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from sacglam_core.models.loading import stage as stage_model
 
-        print(stage_model(args.name, args.cache_dir))
+        print(stage_model(args.name, args.cache_dir, args.revision))
     return 0
 
 

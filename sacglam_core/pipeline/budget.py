@@ -1,125 +1,352 @@
-"""GPU-hour budget of the runs a workflow invocation would launch, from a calibration table.
+"""GPU-hour budget of the training jobs Snakemake will run, and the allocation guard.
 
-The table gives training throughput in environment steps per GPU-hour. It is seeded from the paper
-(Appendix C: 400,000 steps take 80 GPU-hours per seed on V100 32GB) in `workflow/config/calibration.yaml`
-and updated from finished runs: every `done.json` records steps, wall time and GPUs, and the measured
-median per key (algorithm, model, environment, GPU) replaces the seeded figure. Runs without GPUs (the
-local profile) are calibrated in steps per hour of one run, under the GPU name "cpu".
+The runs budgeted are the `train` jobs of Snakemake's plan (its DAG's needrun jobs, see workflow/rules/
+common.smk), never a guess from files: a run Snakemake does not plan costs nothing. A planned run costs
+its remaining steps: all of them when new, those after its newest checkpoint when it resumes, none when
+its done.json exists (only the workflow's marker is missing).
+
+Throughput, in environment steps per GPU-hour, comes from `workflow/config/calibration.yaml`: the paper's
+figure (Appendix C) times a relative cost per algorithm, until finished runs measure it (the median of
+their done.json per key: algorithm, model, environment, GPU). Runs without GPUs (the local profile) are
+measured in steps per hour of one run.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from sacglam_core.config import RunConfig
+from sacglam_core.config import ConfigError, RunConfig, load_config
+from sacglam_core.pipeline import runstate, yamlfile
 from sacglam_core.pipeline.experiments import Run
 
 
 class BudgetExceededError(RuntimeError):
-    """The plan needs more GPU-hours than the configured allocation."""
+    """The plan, with the hours already spent, needs more GPU-hours than the allocation."""
+
+
+def algorithm_key(config: RunConfig) -> str:
+    return config.algorithm + ("+her" if config.her.enabled else "")
 
 
 def calibration_key(config: RunConfig, gpu: str) -> str:
-    algorithm = config.algorithm + ("+her" if config.her.enabled else "")
     env = "simplified" if config.env.simplified else "full"
-    return f"{algorithm}|{Path(config.model.name_or_path).name}|{env}|{gpu}"
+    return f"{algorithm_key(config)}|{Path(config.model.name_or_path).name}|{env}|{gpu}"
+
+
+@dataclass(frozen=True)
+class Paper:
+    """The paper's figure: `gpu_hours_per_seed` for `steps_per_seed` steps on `gpu_name` (Appendix C)."""
+
+    gpu_hours_per_seed: float = 80.0
+    steps_per_seed: int = 400_000
+    gpu_name: str = "Tesla V100-SXM2-32GB"
+    model: str = "flan-t5-base"
+
+    @property
+    def steps_per_gpu_hour(self) -> float:
+        return self.steps_per_seed / self.gpu_hours_per_seed
 
 
 @dataclass
 class Calibration:
-    default: float  # steps per GPU-hour when nothing better is known
-    seeded: dict[str, float]
-    measured: dict[str, float]
+    paper: Paper
+    relative_cost: dict[str, float]  # algorithm key -> GPU time per step relative to the paper's figure
+    seeded: dict[str, float] = field(default_factory=dict)  # key -> steps per GPU-hour, from the table
+    measured: dict[str, list[float]] = field(default_factory=dict)  # key -> rates of finished runs
 
-    def rate(self, key: str) -> tuple[float, str]:
+    def rate(self, config: RunConfig, gpu: str) -> tuple[float, str]:
+        """Steps per GPU-hour (per hour on a CPU) of `config` on `gpu`, and where the figure comes from."""
+        key = calibration_key(config, gpu)
         if key in self.measured:
-            return self.measured[key], "measured"
+            return statistics.median(self.measured[key]), f"measured ({len(self.measured[key])} runs)"
         if key in self.seeded:
-            return self.seeded[key], "table"
-        if key.endswith("|cpu"):
+            return self.seeded[key], "calibration table"
+        if gpu == "cpu":
             return float("nan"), "not measured yet"
-        return self.default, "paper"
+        algorithm = algorithm_key(config)
+        cost = self.relative_cost.get(algorithm, 1.0)
+        paper_setting = (
+            config.total_steps == self.paper.steps_per_seed
+            and not config.env.simplified
+            and Path(config.model.name_or_path).name == self.paper.model
+            and gpu == self.paper.gpu_name
+        )
+        if not paper_setting:
+            source = "scaled estimate"
+        else:
+            source = "paper" if cost == 1.0 else f"paper, {algorithm} x{cost:g}"
+        return self.paper.steps_per_gpu_hour / cost, source
 
 
 def load_calibration(table: str | Path, results: str | Path) -> Calibration:
-    seeded = yaml.safe_load(Path(table).read_text()) or {}
-    samples: dict[str, list[float]] = defaultdict(list)
-    for done in Path(results).glob("*/*/seed*/done.json"):
-        try:
-            summary = json.loads(done.read_text())
-            config = RunConfig(**yaml.safe_load((done.parent / "config.yaml").read_text()))
-        except (OSError, ValueError, TypeError):
-            continue  # an unreadable or foreign run does not calibrate anything
-        gpus = summary.get("gpus", 0)
-        if summary.get("wall_seconds", 0) > 0:
-            rate = summary["env_steps"] / (summary["wall_seconds"] / 3600 * max(gpus, 1))
-            samples[calibration_key(config, summary.get("gpu_name") if gpus else "cpu")].append(rate)
-    measured = {k: statistics.median(v) for k, v in samples.items()}
-    return Calibration(float(seeded.get("default_steps_per_gpu_hour", 5000)), dict(seeded.get("keys") or {}), measured)
+    try:
+        raw = yamlfile.load(table, "calibration table")
+    except yamlfile.YamlFileError as error:
+        raise ValueError(str(error)) from None
+    calibration = Calibration(
+        Paper(**(raw.get("paper") or {})),
+        {k: float(v) for k, v in (raw.get("relative_cost") or {}).items()},
+        {k: float(v) for k, v in (raw.get("keys") or {}).items()},
+    )
+    for record in finished_runs(results):
+        if record.gpu_hours_per_step:
+            calibration.measured.setdefault(record.key, []).append(1 / record.gpu_hours_per_step)
+    return calibration
 
 
-@dataclass
-class Line:
-    experiment: str
-    variant: str
-    runs: int
+@dataclass(frozen=True)
+class FinishedRun:
+    directory: Path
+    key: str
+    env_steps: int
     gpus: int
-    hours: float  # wall hours of one run
-    source: str
+    wall_hours: float
 
     @property
     def gpu_hours(self) -> float:
-        return self.runs * self.gpus * self.hours if self.gpus else 0.0
+        return self.gpus * self.wall_hours
+
+    @property
+    def gpu_hours_per_step(self) -> float:
+        return self.wall_hours * max(self.gpus, 1) / self.env_steps if self.env_steps and self.wall_hours else 0.0
 
 
-def plan(runs: list[Run], gpus_per_run: int, gpu_name: str, calibration: Calibration) -> list[Line]:
-    """Budget lines for the runs that are not finished yet, one per (experiment, variant)."""
-    gpu_name = gpu_name if gpus_per_run else "cpu"
-    lines: dict[tuple[str, str], Line] = {}
-    for run in runs:
-        if (run.directory / "done.json").exists():
-            continue
-        config = run.config
-        rate, source = calibration.rate(calibration_key(config, gpu_name))
-        hours = config.total_steps / rate / max(gpus_per_run, 1)
-        line = lines.setdefault(
-            (run.experiment, run.variant), Line(run.experiment, run.variant, 0, gpus_per_run, hours, source)
-        )
-        line.runs += 1
-    return list(lines.values())
-
-
-def total(lines: list[Line]) -> float:
-    return sum(line.gpu_hours for line in lines)
-
-
-def report(lines: list[Line], finished: int, limit: float | None) -> str:
-    out = [f"GPU-hour budget of the runs to launch ({finished} finished runs are skipped):"]
-    out.append(f"  {'experiment':<22}{'variant':<40}{'runs':>5} x {'GPUs':>4} x {'hours':>7} = {'GPU-h':>9}  estimate")
-    for line in sorted(lines, key=lambda x: (x.experiment, x.variant)):
+def finished_runs(results: str | Path) -> list[FinishedRun]:
+    """Every finished run under `results` with the configuration it ran (unreadable ones are skipped)."""
+    out = []
+    for done in sorted(Path(results).glob(f"*/*/seed*/{runstate.DONE}")):
+        try:
+            summary = runstate.finished(done.parent) or {}
+            config = load_config(done.parent / "config.yaml")
+        except (runstate.RunStateError, ConfigError):
+            continue  # a foreign or broken run does not calibrate anything
+        gpus = int(summary.get("gpus") or 0)
+        key = calibration_key(config, summary.get("gpu_name") if gpus else "cpu")
         out.append(
-            f"  {line.experiment:<22}{line.variant[:39]:<40}{line.runs:>5} x {line.gpus:>4} x {_hours(line.hours)} = "
-            f"{line.gpu_hours:>9.1f}  {line.source}"
+            FinishedRun(done.parent, key, int(summary.get("env_steps", 0)), gpus, summary["wall_seconds"] / 3600)
         )
-    allocation = "no allocation limit set" if limit is None else f"allocation limit {limit:,.0f} GPU-h"
-    out.append(f"  total: {sum(x.runs for x in lines)} runs, {total(lines):,.1f} GPU-hours ({allocation})")
+    return out
+
+
+# -- the plan -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Estimate:
+    """One planned run: what is left of it and what that costs."""
+
+    run: Run
+    status: str  # new | resumes | in queue | finished
+    remaining_steps: int
+    gpus: int
+    rate: float  # steps per GPU-hour (per hour of one run on a CPU)
+    source: str
+
+    @property
+    def wall_hours(self) -> float:
+        return self.remaining_steps / self.rate / max(self.gpus, 1) if self.remaining_steps else 0.0
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.wall_hours * self.gpus if self.gpus else 0.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a SLURM job may use: `time_min` minutes, of which the last `signal_delay_s` go to checkpointing."""
+
+    time_min: int
+    signal_delay_s: int
+    max_requeues: int
+
+    @property
+    def hours_per_attempt(self) -> float:
+        return (self.time_min * 60 - self.signal_delay_s) / 3600
+
+    def attempts(self, wall_hours: float) -> int:
+        """Jobs a run needs (it resumes from its checkpoint in the next one); NaN hours count as one."""
+        return max(1, math.ceil(wall_hours / self.hours_per_attempt)) if math.isfinite(wall_hours) else 1
+
+
+@dataclass
+class Budget:
+    estimates: list[Estimate]
+    spent_finished: float  # GPU-hours of finished runs (measured)
+    spent_partial: float  # GPU-hours of the checkpointed part of unfinished runs (estimated)
+    limits: Limits
+    calibration: Calibration
+
+    @property
+    def planned(self) -> float:
+        return sum(e.gpu_hours for e in self.estimates if math.isfinite(e.gpu_hours))
+
+    @property
+    def spent(self) -> float:
+        return self.spent_finished + self.spent_partial
+
+    def over(self, allocation: float | None) -> bool:
+        """Whether training the plan would exceed the allocation (a plan with nothing to train never does)."""
+        return allocation is not None and self.planned > 0 and self.planned + self.spent > allocation
+
+
+def estimate(
+    runs: list[Run], gpus: int, gpu_name: str, calibration: Calibration, queued: frozenset[Path] = frozenset()
+) -> list[Estimate]:
+    """The remaining cost of each planned run; `queued` holds the directories of runs with a live job."""
+    gpu = gpu_name if gpus else "cpu"
+    out = []
+    for run in runs:
+        rate, source = calibration.rate(run.config, gpu)
+        total = run.config.total_steps
+        progress = runstate.progress(run.directory)
+        done = progress.steps if progress else 0
+        if runstate.finished(run.directory) is not None:
+            status, done = "finished", total
+        elif run.directory in queued:
+            status = "in queue"
+        else:
+            status = "resumes" if done else "new"
+        out.append(Estimate(run, status, max(total - done, 0), gpus, rate, source))
+    return out
+
+
+def spent(results: str | Path, gpu_name: str, calibration: Calibration) -> tuple[float, float]:
+    """GPU-hours already used under `results`: finished runs as measured, unfinished ones from their checkpoints."""
+    finished = finished_runs(results)
+    measured = sum(r.gpu_hours for r in finished)
+    done = {r.directory for r in finished}
+    partial = 0.0
+    for config_file in sorted(Path(results).glob("*/*/seed*/config.yaml")):
+        run_dir = config_file.parent
+        progress = runstate.progress(run_dir)
+        if run_dir in done or progress is None or progress.world < 1:
+            continue
+        try:
+            config = load_config(config_file)
+        except ConfigError:
+            continue
+        gpus = progress.world if gpu_name != "cpu" else 0
+        rate, _ = calibration.rate(config, gpu_name if gpus else "cpu")
+        if gpus and math.isfinite(rate):
+            partial += progress.steps / rate
+    return measured, partial
+
+
+def make_budget(
+    runs: list[Run], gpus: int, gpu_name: str, calibration: Calibration, limits: Limits, results: str | Path,
+    queued: frozenset[Path] = frozenset(),
+) -> Budget:  # fmt: skip
+    measured, partial = spent(results, gpu_name if gpus else "cpu", calibration)
+    return Budget(estimate(runs, gpus, gpu_name, calibration, queued), measured, partial, limits, calibration)
+
+
+# -- the report -------------------------------------------------------------------------------------
+def _h(value: float, width: int = 9, digits: int = 1) -> str:
+    return f"{value:>{width},.{digits}f}" if math.isfinite(value) else f"{'?':>{width}}"
+
+
+def report(budget: Budget, allocation: float | None, dryrun: bool = True) -> str:
+    """The budget, per experiment and variant, with subtotals, the hours spent and the total."""
+    estimates = budget.estimates
+    counts = defaultdict(int)
+    for e in estimates:
+        counts[e.status] += 1
+    statuses = ", ".join(f"{counts[s]} {s}" for s in ("new", "resumes", "in queue", "finished") if counts[s])
+    out = [f"GPU-hour budget of Snakemake's plan: {len(estimates)} train jobs ({statuses or 'none'})"]
+    if estimates:
+        out.append(
+            f"  {'experiment / variant':<44}{'runs':>5}  {'status':<9}{'GPUs':>5}{'h/run':>8}{'attempts':>9}"
+            f"{'GPU-h':>11}  estimate"
+        )
+    groups: dict[str, dict[tuple[str, str, str], list[Estimate]]] = defaultdict(lambda: defaultdict(list))
+    for e in estimates:
+        groups[e.run.experiment][(e.run.variant, e.status, e.source)].append(e)
+    for experiment, lines in groups.items():
+        out.append(f"  {experiment}")
+        subtotal = 0.0
+        for (variant, status, source), members in lines.items():
+            hours = max(e.wall_hours for e in members)
+            gpu_hours = sum(e.gpu_hours for e in members)
+            subtotal += gpu_hours if math.isfinite(gpu_hours) else 0.0
+            attempts = budget.limits.attempts(hours) if status != "finished" else 0
+            shown_source = source if status != "finished" else "only the marker is written"
+            out.append(
+                f"    {variant[:40]:<40}{len(members):>5}  {status:<9}{members[0].gpus:>5}{_h(hours, 8)}"
+                f"{attempts:>9}{_h(gpu_hours, 11)}  {shown_source}"
+            )
+        count = sum(len(members) for members in lines.values())
+        out.append(f"    {'subtotal ' + experiment:<40}{count:>5}{'':<31}{_h(subtotal, 11)}")
+    out += _legend(budget)
+    out.append(total_line(budget, allocation, warn=dryrun))
     return "\n".join(out)
 
 
-def _hours(hours: float) -> str:
-    return f"{hours:>7.1f}" if math.isfinite(hours) else f"{'?':>7}"
-
-
-def check_allocation(lines: list[Line], limit: float | None) -> None:
-    if limit is not None and total(lines) > limit:
-        raise BudgetExceededError(
-            f"the plan needs {total(lines):,.1f} GPU-hours but the allocation limit is {limit:,.1f} "
-            f"(budget.allocation_gpu_hours): launch fewer experiments or seeds, or raise the limit"
+def _legend(budget: Budget) -> list[str]:
+    paper = budget.calibration.paper
+    costs = ", ".join(f"{k} x{v:g}" for k, v in sorted(budget.calibration.relative_cost.items()))
+    limits = budget.limits
+    lines = [
+        f"  paper: Appendix C, {paper.gpu_hours_per_seed:g} GPU-h per seed of {paper.steps_per_seed:,} steps on "
+        f"{paper.gpu_name} ({paper.steps_per_gpu_hour:,.0f} steps per GPU-h)",
+        f"  scaled estimate: the paper's rate x the run's steps x its algorithm's relative cost ({costs or 'none'}); "
+        f"measured: the median of finished runs",
+        f"  attempts: SLURM jobs per run at {limits.hours_per_attempt:.2f} h of training each (launcher.time_min="
+        f"{limits.time_min} minus signal_delay_s={limits.signal_delay_s}); each resumes from the last checkpoint",
+    ]
+    worst = max((limits.attempts(e.wall_hours) for e in budget.estimates if e.status != "finished"), default=0)
+    if worst > limits.max_requeues + 1:
+        lines.append(
+            f"  WARNING: a run needs {worst} attempts but launcher.max_requeues={limits.max_requeues} allows "
+            f"{limits.max_requeues + 1}: raise max_requeues or time_min"
         )
+    lines.append(
+        f"  already spent: {budget.spent_finished:,.1f} GPU-h by finished runs (measured) + "
+        f"{budget.spent_partial:,.1f} GPU-h by the checkpointed part of unfinished runs (estimated)"
+    )
+    return lines
+
+
+def total_line(budget: Budget, allocation: float | None, warn: bool = True) -> str:
+    runs = sum(e.status != "finished" for e in budget.estimates)
+    line = (
+        f"  total: {runs} runs to train, {budget.planned:,.1f} GPU-hours planned + {budget.spent:,.1f} spent = "
+        f"{budget.planned + budget.spent:,.1f}"
+    )
+    if allocation is None:
+        return line + " (no allocation set: budget.allocation_gpu_hours)"
+    line += f" of the allocation's {allocation:,.1f} (budget.allocation_gpu_hours)"
+    if warn and budget.over(allocation):
+        line += (
+            f"\n  WARNING: {budget.planned + budget.spent:,.1f} GPU-hours is over the allocation of {allocation:,.1f} "
+            f"(budget.allocation_gpu_hours): a real run refuses to start"
+        )
+    return line
+
+
+def check_allocation(budget: Budget, allocation: float | None) -> None:
+    if budget.over(allocation):
+        raise BudgetExceededError(
+            f"the plan needs {budget.planned:,.1f} GPU-hours and {budget.spent:,.1f} are already spent: "
+            f"{budget.planned + budget.spent:,.1f} is over the allocation of {allocation:,.1f} "
+            f"(budget.allocation_gpu_hours); launch fewer experiments or seeds, or raise the allocation"
+        )
+
+
+def write_calibration(table: str | Path, results: str | Path, out: str | Path, log: str | Path) -> None:
+    """The measured throughput of finished runs per key (the `calibration` rule's output)."""
+    import yaml
+
+    from sacglam_core.atomic import write_text
+
+    calibration = load_calibration(table, results)
+    measured = {k: round(statistics.median(v), 1) for k, v in sorted(calibration.measured.items())}
+    summary = {
+        "paper_steps_per_gpu_hour": calibration.paper.steps_per_gpu_hour,
+        "relative_cost": calibration.relative_cost,
+        "measured_steps_per_gpu_hour": measured,
+        "measured_runs": {k: len(v) for k, v in sorted(calibration.measured.items())},
+    }
+    write_text(out, yaml.safe_dump(summary, sort_keys=False))
+    write_text(log, f"calibration from {sum(map(len, calibration.measured.values()))} finished runs\n")

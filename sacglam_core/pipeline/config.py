@@ -1,18 +1,47 @@
-"""The workflow's settings (workflow/config/config.yaml, extended by a profile), validated at parse time.
+"""The workflow's settings, validated at parse time; every error names the file and the key.
 
-Snakemake's `--config key=value` turns nested values into strings (`launcher={"gpus_per_node": 2,
-"container": null}` arrives as "2" and "null"); validation turns them back, and rejects unknown keys and
-wrong types with one message.
+They come in layers, each overriding the one before: `workflow/config/config.yaml`, the files given to
+Snakemake with `--configfile` (a profile's `configfile:`), the cluster file that a layer names in
+`cluster_file` (`profiles/slurm/cluster.yaml`), and last `--config key=value`. Each file is read strictly
+(`yamlfile`): a duplicate key, an unquoted `20:00:00` or an empty file is an error. Snakemake's `--config`
+turns nested values into strings (`launcher={"container": null}` arrives as "null"); validation turns
+them back.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import field
-from typing import Literal
+from pathlib import Path
+from typing import Annotated, Literal
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError, field_validator
 
+from sacglam_core.pipeline import yamlfile
 from sacglam_core.settings import settings
+
+DEFAULTS = Path("workflow/config/config.yaml")
+SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+Positive = Annotated[int, Field(gt=0)]
+
+
+class WorkflowConfigError(ValueError):
+    """Workflow settings that cannot be used; the message names the file and the key."""
+
+
+def slurm_minutes(value: str) -> int:
+    """Minutes of a SLURM time limit: "MM", "HH:MM:SS", "D-HH", "D-HH:MM" or "D-HH:MM:SS"."""
+    match = SLURM_TIME.match(value.strip())
+    if not match:
+        raise ValueError(f"{value!r} is not a SLURM time limit (minutes, HH:MM:SS or D-HH:MM:SS)")
+    days, first, second, third = match.groups()
+    if days is None:  # MM, MM:SS or HH:MM:SS
+        hours, minutes, seconds = (first, second, third) if third is not None else (0, first, second)
+    else:  # D-HH, D-HH:MM, D-HH:MM:SS
+        hours, minutes, seconds = first, second, third
+    total = int(days or 0) * 1440 + int(hours or 0) * 60 + int(minutes or 0) + (int(seconds or 0) + 59) // 60
+    return total
 
 
 @settings
@@ -21,26 +50,38 @@ class LauncherConfig:
 
     executor: Literal["slurm", "local"] = "slurm"
     container: str | None = None  # an Apptainer image; None runs the trainer with this Python
-    binds: tuple[str, ...] = ()  # extra `apptainer --bind` paths (the repository is always bound)
-    partition: str | None = None
+    binds: tuple[str, ...] = ()  # extra `apptainer --bind` paths (results, models, hf_cache are bound anyway)
+    partition: str | None = None  # required with SLURM: never the cluster's default by accident
     account: str | None = None
     qos: str | None = None
     constraint: str | None = None  # e.g. v100-32g
-    gpus_per_node: int = 4
-    cpus_per_gpu: int = 8
-    mem_gb: int = 128
-    time_min: int = 1200
-    signal_delay_s: int = 120  # USR2 this long before the time limit: time to checkpoint
-    max_requeues: int = 20
-    threads_per_task: int | None = None  # OMP/torch threads of each rank
+    gpus_per_node: Annotated[int, Field(ge=0, le=16)] = 4  # ranks per run; 0 only for executor local
+    cpus_per_gpu: Positive = 8
+    mem_gb: Positive = 128
+    time_min: Annotated[int, Field(gt=0, le=60 * 24 * 31)] = 1200  # minutes, or a quoted "HH:MM:SS"
+    signal_delay_s: Annotated[int, Field(ge=0)] = 120  # USR2 this long before the time limit: time to checkpoint
+    max_requeues: Annotated[int, Field(ge=0)] = 20
+    retries: Annotated[int, Field(ge=0, le=10)] = 2  # Snakemake retries of a failed train job (runs resume)
+    poll_s: Annotated[float, Field(gt=0)] = 60.0  # seconds between the driver's queue polls (all jobs at once)
+    threads_per_task: Positive | None = None  # OMP/torch threads of each rank
     environment: dict[str, str] | None = None  # extra environment variables of the trainer
+
+    @field_validator("time_min", mode="before")
+    @classmethod
+    def _slurm_time(cls, value):
+        return slurm_minutes(value) if isinstance(value, str) and not value.strip().isdigit() else value
+
+    @property
+    def ranks(self) -> int:
+        """Trainer processes of one run: one per GPU, or one on a CPU."""
+        return max(self.gpus_per_node, 1)
 
 
 @settings
 class BudgetConfig:
     calibration: str = "workflow/config/calibration.yaml"
     gpu_name: str = "Tesla V100-SXM2-32GB"  # the calibration key of the cluster's GPUs
-    allocation_gpu_hours: float | None = None  # a real launch refuses plans that need more
+    allocation_gpu_hours: Annotated[float, Field(gt=0)] | None = None  # spent + planned may not exceed it
 
 
 @settings
@@ -50,16 +91,102 @@ class WorkflowConfig:
     results: str = "results"
     models: str = "resources/models"
     hf_cache: str = "resources/hf-cache"
+    cluster_file: str | None = None  # the cluster's settings (profiles/slurm/cluster.yaml), layered over these
+    model_revisions: dict[str, str] = field(default_factory=dict)  # hub id -> pinned commit of staged models
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
 
 
-def parse_workflow_config(raw: dict) -> WorkflowConfig:
+Layer = tuple[str, dict]  # (where it comes from, its values)
+
+
+def load_workflow_config(configfiles: list[str | Path], overrides: dict) -> WorkflowConfig:
+    """The settings from `workflow/config/config.yaml`, `configfiles`, the cluster file and `overrides`."""
     try:
-        return WorkflowConfig(**_nulls(raw))
+        layers: list[Layer] = [(str(DEFAULTS), yamlfile.load(DEFAULTS, "workflow configuration"))]
+        for path in configfiles:
+            if Path(path).resolve() != DEFAULTS.resolve():
+                layers.append((_relative(path), yamlfile.load(path, "workflow configuration")))
+        command_line: Layer = ("--config", _nulls(dict(overrides)))
+        cluster_file = _merged([*layers, command_line]).get("cluster_file")
+        if cluster_file:
+            layers.append((str(cluster_file), yamlfile.load(cluster_file, "cluster settings file")))
+    except yamlfile.YamlFileError as error:
+        raise WorkflowConfigError(str(error)) from None
+    return parse_layers([*layers, command_line])
+
+
+def parse_workflow_config(raw: dict, where: str = "workflow configuration") -> WorkflowConfig:
+    """Settings from one mapping (tests, tools); errors name `where`."""
+    return parse_layers([(where, _nulls(raw))])
+
+
+def parse_layers(layers: list[Layer]) -> WorkflowConfig:
+    merged = _merged(layers)
+    try:
+        config = WorkflowConfig(**merged)
     except ValidationError as error:
-        lines = [f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()]
-        raise ValueError("invalid workflow configuration: " + "; ".join(lines)) from None
+        problems = []
+        for e in error.errors():
+            keys = [str(k) for k in e["loc"]]
+            message = e["msg"].removeprefix("Value error, ")
+            problems.append(f"{_origin(layers, keys)}: {'.'.join(keys)}: {message} (got {e.get('input')!r})")
+        raise WorkflowConfigError("; ".join(problems)) from None
+    except TypeError as error:
+        raise WorkflowConfigError(f"{' / '.join(w for w, _ in layers)}: {error}") from None
+    _check_coherence(config, layers)
+    return config
+
+
+def _check_coherence(config: WorkflowConfig, layers: list[Layer]) -> None:
+    launcher = config.launcher
+    if launcher.signal_delay_s >= launcher.time_min * 60:
+        raise WorkflowConfigError(
+            f"{_origin(layers, ['launcher', 'signal_delay_s'])}: launcher.signal_delay_s={launcher.signal_delay_s} "
+            f"leaves no training time within launcher.time_min={launcher.time_min} minutes"
+        )
+
+
+def settings_file(config: WorkflowConfig) -> str:
+    """Where a user sets the launcher's options: the cluster file, else the workflow's configuration."""
+    return config.cluster_file or str(DEFAULTS)
+
+
+def _origin(layers: list[Layer], keys: list[str]) -> str:
+    """The last layer that sets `keys` (a dotted path); for a key no layer sets (or sets to null), the last file:
+    where to set it."""
+    for where, values in reversed(layers):
+        node = values
+        for key in keys:
+            if not isinstance(node, dict) or key not in node:
+                break
+            node = node[key]
+        else:
+            if node is not None:
+                return where
+    files = [where for where, _ in layers if where != "--config"]
+    return files[-1] if files else layers[-1][0]
+
+
+def _merged(layers: list[Layer]) -> dict:
+    out: dict = {}
+    for _, values in layers:
+        out = _merge(out, values)
+    return out
+
+
+def _merge(base: dict, override: dict) -> dict:
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _relative(path: str | Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _nulls(value):

@@ -14,13 +14,15 @@ import itertools
 import json
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
-import yaml
-
 from sacglam_core.config import ConfigError, RunConfig, parse_config
+from sacglam_core.pipeline import yamlfile
 
 EXPERIMENT_KEYS = {"claims", "figures", "seeds", "settings", "variants", "grid"}
+FIGURE_KEYS = {"panels", "x", "y"}
+FIGURE_AXES = {"env_steps", "train_hours", "wall_hours"}
 
 
 class ExperimentError(ValueError):
@@ -35,7 +37,7 @@ class Run:
     directory: Path
     settings: dict  # the full run configuration (with output_dir)
 
-    @property
+    @cached_property
     def config(self) -> RunConfig:
         return parse_config(self.settings, source=str(self.directory / "run.yaml"))
 
@@ -71,6 +73,8 @@ def _variants(name: str, spec: dict) -> dict[str, dict]:
             settings: dict = {}
             for k, v in zip(keys, values):
                 settings = merge(settings, _dotted(k, v))
+            if label in variants:
+                raise ExperimentError(f"experiment {name!r}: the grid's variant {label!r} is also a named variant")
             variants[label] = settings
     if not variants:
         raise ExperimentError(f"experiment {name!r} defines no variants (give `variants:` or `grid:`)")
@@ -78,14 +82,36 @@ def _variants(name: str, spec: dict) -> dict[str, dict]:
 
 
 def load_definitions(path: str | Path) -> dict:
-    path = Path(path)
+    """The definitions in `path`, read strictly (a duplicate variant or key is an error, not an overwrite)."""
     try:
-        definitions = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise ExperimentError(f"cannot read experiment definitions {path}: {error}") from error
-    if not isinstance(definitions, dict) or not isinstance(definitions.get("experiments"), dict):
+        definitions = yamlfile.load(path, "experiment definitions")
+    except yamlfile.YamlFileError as error:
+        raise ExperimentError(str(error)) from None
+    if not isinstance(definitions.get("experiments"), dict):
         raise ExperimentError(f"{path} must hold an `experiments:` mapping")
     return definitions
+
+
+def check_figures(name: str, spec: dict, variants: list[str]) -> None:
+    """The experiment's `figures:` name only known keys, axes and variants (before any training)."""
+    figures = spec.get("figures") or {}
+    if not isinstance(figures, dict):
+        raise ExperimentError(f"experiment {name!r}: `figures` must map figure names to their layout")
+    for stem, layout in figures.items():
+        where = f"experiment {name!r}, figure {stem!r}"
+        layout = layout or {}
+        stray = set(layout) - FIGURE_KEYS
+        if stray:
+            raise ExperimentError(f"{where}: unknown keys {sorted(stray)}; allowed: {sorted(FIGURE_KEYS)}")
+        axes = set(layout.get("x", ["env_steps"])) - FIGURE_AXES
+        if axes:
+            raise ExperimentError(f"{where}: unknown x axes {sorted(axes)}; allowed: {sorted(FIGURE_AXES)}")
+        for panel, members in (layout.get("panels") or {}).items():
+            unknown = [v for v in members or [] if v not in variants]
+            if unknown:
+                raise ExperimentError(
+                    f"{where}, panel {panel!r}: unknown variants {unknown}; the experiment's variants: {variants}"
+                )
 
 
 def expand(
@@ -106,7 +132,11 @@ def expand(
             )
         base = merge(definitions.get("defaults") or {}, spec.get("settings") or {})
         seeds = spec.get("seeds") or [0]
-        for label, variant in _variants(name, spec).items():
+        if len(set(seeds)) != len(seeds):
+            raise ExperimentError(f"experiment {name!r}: seeds {seeds} repeat a seed")
+        variants = _variants(name, spec)
+        check_figures(name, spec, list(variants))
+        for label, variant in variants.items():
             settings = _substitute(merge(base, variant), substitutions or {})
             directory = Path(results) / name / f"{_slug(label)}-{settings_hash(settings)}"
             for seed in seeds:
@@ -117,6 +147,10 @@ def expand(
                 except ConfigError as error:
                     raise ExperimentError(str(error)) from None
                 runs.append(Run(name, label, seed, run_dir, full))
+    directories = [run.directory for run in runs]
+    clashes = sorted({str(d) for d in directories if directories.count(d) > 1})
+    if clashes:
+        raise ExperimentError(f"two runs would share the directory {clashes[0]}: their variants' names clash")
     return runs
 
 

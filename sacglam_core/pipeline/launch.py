@@ -1,33 +1,109 @@
-"""Launch one training run through submitit: a SLURM job (or a local process) that runs the trainer,
-inside the Apptainer image when one is configured, with one task (one rank) per GPU.
+"""Launch one training run: a SLURM job through submitit (or a local process) that runs the trainer, inside
+the Apptainer image when one is configured, with one task (one rank) per GPU.
 
-On SLURM's time-limit signal (USR2) or a preemption (TERM) the trainer checkpoints and exits with
-status 75; the job then requeues itself and the next attempt resumes from the checkpoint. Every
-attempt appends a line to `<run>/attempts.jsonl` (job id, restart count, visible GPUs, exit status).
+On SLURM's time-limit signal (USR2) or a preemption (TERM) the trainer checkpoints and exits with status 75;
+the job then requeues itself and the next attempt resumes from the checkpoint, unless SLURM cancelled it
+(`scancel`): a cancelled job is never requeued. Every attempt appends a line to `<run>/attempts.jsonl` (job
+id, restart count, visible GPUs, exit status).
+
+The code the trainer runs is the repository's: one copy, bound into the image and first on PYTHONPATH
+(the image holds the dependencies only). `apptainer exec --cleanenv` keeps the login environment out
+(`~/.local` packages, a site PYTHONPATH); the variables the trainer needs are passed by name.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import submitit
 
 from sacglam_core import EXIT_PREEMPTED
+from sacglam_core.pipeline import slurm
 from sacglam_core.pipeline.config import LauncherConfig
 
+# Variables of the job's environment that reach the trainer inside the image (`--cleanenv` drops the rest).
+PASSED_PREFIXES = ("SLURM_", "CUDA_", "NCCL_", "HF_", "TORCH_", "OMP_", "MKL_", "TOKENIZERS_")
+PASSED_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "PYTHONUNBUFFERED", "TMPDIR")
 
+
+@dataclass(frozen=True)
+class TrainerCommand:
+    """How to start the trainer of one run: with this Python, or inside an Apptainer image."""
+
+    run_config: str  # <run>/run.yaml
+    repository: str  # absolute: bound into the image and put on PYTHONPATH
+    container: str | None = None
+    binds: tuple[str, ...] = ()  # absolute paths bound into the image besides the repository
+    environment: tuple[tuple[str, str], ...] = ()  # set for the trainer (over the job's own environment)
+
+    def process(self, extra: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+        """(argv, environment of the process) for the job's environment plus `extra` (e.g. the ranks')."""
+        wanted = {**dict(self.environment), **(extra or {})}
+        wanted |= {"PYTHONPATH": self.repository, "PYTHONNOUSERSITE": "1"}
+        train = ["-m", "sacglam_core.train", "--config", self.run_config]
+        if self.container is None:
+            return [sys.executable, *train], {**os.environ, **wanted}
+        passed = {k: v for k, v in os.environ.items() if k.startswith(PASSED_PREFIXES) or k in PASSED_NAMES}
+        passed |= wanted
+        argv = ["apptainer", "exec", "--nv", "--cleanenv", "--pwd", self.repository]
+        argv += ["--bind", ",".join(dict.fromkeys([self.repository, *self.binds]))]
+        for name, value in sorted(passed.items()):
+            argv += ["--env", f"{name}={value}"]
+        return [*argv, self.container, "python", *train], dict(os.environ)
+
+
+def trainer_command(
+    run_dir: Path, launcher: LauncherConfig, repository: Path, data_paths: list[Path], environment: dict[str, str]
+) -> TrainerCommand:
+    """The run's trainer command; `data_paths` (results, models, hf_cache) are bound when outside the repository."""
+    repository = repository.resolve()
+    env = {"PYTHONUNBUFFERED": "1", **(launcher.environment or {}), **environment}
+    if launcher.threads_per_task:
+        env |= {"OMP_NUM_THREADS": str(launcher.threads_per_task), "MKL_NUM_THREADS": str(launcher.threads_per_task)}
+    binds = []
+    for path in [*data_paths, *map(Path, launcher.binds)]:
+        path = path.resolve()
+        if path.exists() and not path.is_relative_to(repository):
+            binds.append(str(path))
+    return TrainerCommand(
+        str(run_dir / "run.yaml"),
+        str(repository),
+        str(Path(launcher.container).resolve()) if launcher.container else None,
+        tuple(binds),
+        tuple(sorted(env.items())),
+    )
+
+
+def record_attempt(run_dir: Path, job_id: str, tasks: int, status: int) -> None:
+    attempt = {
+        "job_id": job_id,
+        "restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
+        "host": socket.gethostname(),
+        "tasks": tasks,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "exit_status": status,
+        "time": time.time(),
+    }
+    with open(Path(run_dir) / "attempts.jsonl", "a") as f:
+        f.write(json.dumps(attempt) + "\n")
+
+
+# -- in the SLURM job ----------------------------------------------------------------------------------
 class TrainingJob(submitit.helpers.Checkpointable):
     """The callable submitit runs in every task of the job: one trainer process (one rank) per task."""
 
-    def __init__(self, run_dir: str, command: list[str], environment: dict[str, str]) -> None:
-        self.run_dir, self.command, self.environment = run_dir, command, environment
+    def __init__(self, run_dir: str, command: TrainerCommand) -> None:
+        self.run_dir, self.command = run_dir, command
         self._process: subprocess.Popen | None = None
 
     def __getstate__(self) -> dict:
@@ -37,74 +113,71 @@ class TrainingJob(submitit.helpers.Checkpointable):
         self.__dict__.update(state, _process=None)
 
     def __call__(self) -> dict | None:
-        env = {**os.environ, **self.environment}
         job = submitit.JobEnvironment()
+        done = Path(self.run_dir) / "done.json"
+        if done.exists():  # finished is final: an attempt that finds the run finished starts nothing
+            return json.loads(done.read_text()) if job.global_rank == 0 else None
+        ranks = {}
         if job.num_tasks > 1:
             distributed = submitit.helpers.TorchDistributedEnvironment()
-            env |= {"MASTER_ADDR": distributed.master_addr, "MASTER_PORT": str(distributed.master_port),
-                    "RANK": str(distributed.rank), "WORLD_SIZE": str(distributed.world_size),
-                    "LOCAL_RANK": str(distributed.local_rank)}  # fmt: skip
-        self._process = subprocess.Popen(self.command, env=env)
+            ranks = {"MASTER_ADDR": distributed.master_addr, "MASTER_PORT": str(distributed.master_port),
+                     "RANK": str(distributed.rank), "WORLD_SIZE": str(distributed.world_size),
+                     "LOCAL_RANK": str(distributed.local_rank)}  # fmt: skip
+        argv, env = self.command.process(ranks)
+        self._process = subprocess.Popen(argv, env=env, cwd=self.command.repository)
         status = self._process.wait()
-        self._record(job, status)
+        if job.global_rank == 0:
+            record_attempt(Path(self.run_dir), job.job_id, job.num_tasks, status)
         if status == 0:
-            return json.loads((Path(self.run_dir) / "done.json").read_text()) if job.global_rank == 0 else None
-        if status == EXIT_PREEMPTED:  # preempted (SIGTERM) outside submitit's own USR2 path: requeue
-            if job.global_rank == 0 and "SLURM_JOB_ID" in os.environ:
-                subprocess.run(["scontrol", "requeue", os.environ["SLURM_JOB_ID"]], check=False)
+            return json.loads(done.read_text()) if job.global_rank == 0 else None
+        if status == EXIT_PREEMPTED:  # preempted (SIGTERM) outside submitit's own USR2 path
+            job_id = os.environ.get("SLURM_JOB_ID")
+            if job.global_rank == 0 and job_id:
+                state = slurm.state_of(job_id)
+                if state is None or state == "CANCELLED":  # scancel: the user's decision stands
+                    print(f"job {job_id}: {state or 'state unknown'}: not requeued", file=sys.stderr, flush=True)
+                    return None
+                subprocess.run(["scontrol", "requeue", job_id], check=False)
             time.sleep(300)  # SLURM ends this attempt; the requeued one resumes
             return None
         raise RuntimeError(f"trainer exited with status {status}; see the job's log in {self.run_dir}/slurm")
 
-    def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
-        """Called by submitit on rank 0 at the time limit: have the trainer checkpoint, then requeue."""
+    def checkpoint(self, *args, **kwargs):
+        """Called by submitit on rank 0 at the time limit: have the trainer checkpoint, then requeue; unless
+        the run finished meanwhile (its done.json exists): then None, and submitit ends the job."""
         if self._process is not None and self._process.returncode is None:
             self._process.send_signal(signal.SIGUSR2)  # all ranks stop together at the next step
             # Not Popen.wait(): this runs in a signal handler that interrupted Popen.wait() in __call__,
             # which holds the (non-reentrant) lock that wait() takes.
             try:
                 _, status = os.waitpid(self._process.pid, 0)
-                self._record(submitit.JobEnvironment(), os.waitstatus_to_exitcode(status))
+                job = submitit.JobEnvironment()
+                record_attempt(Path(self.run_dir), job.job_id, job.num_tasks, os.waitstatus_to_exitcode(status))
             except ChildProcessError:
                 pass  # already reaped
+        if (Path(self.run_dir) / "done.json").exists():
+            return None  # finished is final: never requeue a finished run
         return submitit.helpers.DelayedSubmission(self)
 
-    def _record(self, job: submitit.JobEnvironment, status: int) -> None:
-        if job.global_rank != 0:
-            return
-        attempt = {
-            "job_id": job.job_id,
-            "restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
-            "host": socket.gethostname(),
-            "tasks": job.num_tasks,
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "exit_status": status,
-            "time": time.time(),
-        }
-        with open(Path(self.run_dir) / "attempts.jsonl", "a") as f:
-            f.write(json.dumps(attempt) + "\n")
+
+# -- on the login node -----------------------------------------------------------------------------------
+def job_name(run_dir: Path) -> str:
+    """The run's SLURM job name: the same for every submission of this directory, and only for it."""
+    run_dir = Path(run_dir).resolve()
+    digest = hashlib.sha256(str(run_dir).encode()).hexdigest()[:10]
+    return f"sacglam-{run_dir.parent.name[:60]}-{run_dir.name}-{digest}"
 
 
-def trainer_command(run_config: Path, launcher: LauncherConfig, repository: Path) -> list[str]:
-    train = ["-m", "sacglam_core.train", "--config", str(run_config)]
-    if launcher.container is None:
-        return [sys.executable, *train]
-    binds = ",".join([str(repository), *launcher.binds])
-    return ["apptainer", "exec", "--nv", "--bind", binds, launcher.container, "python", *train]
-
-
-def make_executor(run_dir: Path, launcher: LauncherConfig, job_name: str) -> submitit.Executor:
-    folder = run_dir / "slurm"
-    if launcher.executor == "local":
-        executor = submitit.AutoExecutor(folder=folder, cluster="local")
-        executor.update_parameters(timeout_min=launcher.time_min, name=job_name)
-        return executor
-    executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=launcher.max_requeues)
+def slurm_executor(run_dir: Path, launcher: LauncherConfig):
+    """submitit's executor with the run's job options (the ones `sbatch --test-only` checks too)."""
+    executor = submitit.AutoExecutor(
+        folder=run_dir / "slurm", cluster="slurm", slurm_max_num_timeout=launcher.max_requeues
+    )
     options = {
-        "name": job_name,
+        "name": job_name(run_dir),
         "timeout_min": launcher.time_min,
         "nodes": 1,
-        "tasks_per_node": max(launcher.gpus_per_node, 1),
+        "tasks_per_node": launcher.ranks,
         "cpus_per_task": launcher.cpus_per_gpu,
         "mem_gb": launcher.mem_gb,
         "slurm_gres": f"gpu:{launcher.gpus_per_node}" if launcher.gpus_per_node else None,
@@ -119,22 +192,26 @@ def make_executor(run_dir: Path, launcher: LauncherConfig, job_name: str) -> sub
     return executor
 
 
-def launch(
-    run_dir: Path, launcher: LauncherConfig, repository: Path, environment: dict[str, str] | None = None
-) -> dict:
-    """Submit the run in `run_dir` (its `run.yaml` is written) and wait for it; returns its done.json."""
-    env = {"PYTHONUNBUFFERED": "1", **(launcher.environment or {}), **(environment or {})}
-    if launcher.threads_per_task:
-        env |= {"OMP_NUM_THREADS": str(launcher.threads_per_task), "MKL_NUM_THREADS": str(launcher.threads_per_task)}
-    job_name = "sacglam-" + "-".join(run_dir.parts[-3:])
-    executor = make_executor(run_dir, launcher, job_name)
-    job = executor.submit(TrainingJob(str(run_dir), trainer_command(run_dir / "run.yaml", launcher, repository), env))
-    print(f"submitted {run_dir} as job {job.job_id}", file=sys.stderr, flush=True)
+def submission_script(run_dir: Path, launcher: LauncherConfig) -> str:
+    """The batch script submitit would submit for the run (its #SBATCH lines are the job's options)."""
+    executor = slurm_executor(run_dir, launcher)
+    return executor._executor._make_submission_file_text(executor._executor._submitit_command_str, "preflight")
 
-    def cancel(signum, frame):  # Ctrl-C or Snakemake stopping: the job checkpoints (SIGTERM) and ends
-        job.cancel(check=False)
-        raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGINT, cancel)
-    signal.signal(signal.SIGTERM, cancel)
-    return job.results()[0]  # one result per task; rank 0's is the run's
+def submit(run_dir: Path, launcher: LauncherConfig, command: TrainerCommand) -> str:
+    """Submit the run's job; returns its SLURM job id."""
+    job = slurm_executor(run_dir, launcher).submit(TrainingJob(str(run_dir), command))
+    return str(job.job_id)
+
+
+def run_locally(run_dir: Path, command: TrainerCommand, stop: threading.Event, log: Path) -> int:
+    """The trainer as a local process; `stop` makes it checkpoint (SIGTERM) and return. Its exit status."""
+    argv, env = command.process()
+    with open(log, "ab") as out:
+        process = subprocess.Popen(argv, env=env, cwd=command.repository, stdout=out, stderr=subprocess.STDOUT)
+        while process.poll() is None:
+            if stop.wait(0.5):
+                process.send_signal(signal.SIGTERM)  # the trainer checkpoints and exits with status 75
+                process.wait()
+    record_attempt(run_dir, f"local-{process.pid}", 1, process.returncode)
+    return process.returncode

@@ -1,36 +1,75 @@
 """Everything an experiment's aggregation writes under `results/<experiment>/`: its figures (PNG and PDF)
-and tables (CSV and Markdown)."""
+and tables (CSV and Markdown).
+
+    python -m sacglam_core.pipeline.outputs main critic_architecture [--definitions ... --results ... --models ...]
+
+writes them from the runs that finished so far (the workflow's `aggregate_*` and `figures` rules run this);
+an experiment without a finished run is skipped with a message. The list of outputs is known without
+reading any metrics, and without importing pandas or matplotlib (the workflow reads it at parse time).
+"""
 
 from __future__ import annotations
 
+import argparse
+import sys
 from pathlib import Path
 
-from sacglam_core.pipeline.aggregate import load_experiment
-from sacglam_core.pipeline.experiments import Run
-from sacglam_core.pipeline.figures import curves_figure, write_figure
-from sacglam_core.pipeline.tables import write_tables
+from sacglam_core.pipeline import runstate
+from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load_definitions
 
 TABLES = ("summary", "iqm", "probability_of_improvement", "hyperparameters")
 
 
 def figure_specs(definition: dict) -> dict[str, dict]:
     """The experiment's figures: stem -> spec (`panels`, `x`, `y`); by default one success curve."""
-    return definition.get("figures") or {"figure": {}}
+    return {stem: spec or {} for stem, spec in (definition.get("figures") or {"figure": {}}).items()}
 
 
 def expected_outputs(name: str, definition: dict, results: Path) -> list[Path]:
-    out = results / name
+    out = Path(results) / name
     figures = [out / f"{stem}{suffix}" for stem in figure_specs(definition) for suffix in (".png", ".pdf")]
     return figures + [out / f"{table}{suffix}" for table in TABLES for suffix in (".csv", ".md")]
 
 
 def write_experiment_results(name: str, definition: dict, runs: list[Run], results: Path) -> list[Path]:
     """Figures and tables from the finished runs among `runs` (missing seeds are said, not fatal)."""
+    from sacglam_core.pipeline.aggregate import load_experiment
+    from sacglam_core.pipeline.figures import curves_figure, write_figure
+    from sacglam_core.pipeline.tables import write_tables
+
     experiment = load_experiment(name, runs)
-    out = results / name
+    out = Path(results) / name
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for stem, spec in figure_specs(definition).items():
         title = stem.replace("figure", "Figure ") if stem.startswith("figure") and stem[6:].isdigit() else stem
         paths += write_figure(curves_figure(experiment, spec, title), out / stem)
     return paths + write_tables(experiment, out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sacglam_core.pipeline.outputs", description=__doc__.split("\n")[0])
+    parser.add_argument("experiments", nargs="+")
+    parser.add_argument("--definitions", default="workflow/config/experiments.yaml")
+    parser.add_argument("--results", default="results")
+    parser.add_argument("--models", default="resources/models")
+    args = parser.parse_args(argv)
+    try:
+        definitions = load_definitions(args.definitions)
+        runs = expand(definitions, args.experiments, Path(args.results), {"models": args.models})
+    except ExperimentError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for name in args.experiments:
+        mine = [run for run in runs if run.experiment == name]
+        finished = sum(runstate.finished(run.directory) is not None for run in mine)
+        if not finished:
+            print(f"{name}: no finished runs yet ({len(mine)} planned): skipped, its figures and tables are not made")
+            continue
+        paths = write_experiment_results(name, definitions["experiments"][name], mine, Path(args.results))
+        print(f"{name}: {len(paths)} figures and tables from {finished} of {len(mine)} runs in {paths[0].parent}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,18 +1,7 @@
 # Aggregation: each experiment's figures and tables, made again whenever one of its runs finishes;
 # Figure 4 from the environment itself; the measured calibration of the GPU-hour budget.
-#   snakemake figures                          regenerate every figure and table from existing metrics
-#   snakemake --report results/report.html     the HTML report, captions in workflow/report/
-from sacglam_core.pipeline.outputs import expected_outputs, write_experiment_results
-
-DEFINITIONS = load_definitions(SETTINGS.experiment_file)
-
-
-def runs_of(name):
-    return [run for run in RUNS if run.experiment == name]
-
-
-def aggregate_outputs(name):
-    return [str(p) for p in expected_outputs(name, DEFINITIONS["experiments"][name], RESULTS)]
+#   snakemake figures                          every figure and table again from the metrics that exist
+#   snakemake --report results/report.html     the HTML report of the outputs made so far
 
 
 for _name in SETTINGS.experiments:
@@ -21,46 +10,58 @@ for _name in SETTINGS.experiments:
         name:
             f"aggregate_{_name}"
         input:
-            [run_output(run) for run in runs_of(_name)],
+            [marker(run) for run in runs_of(_name)],
         output:
             [
-                report(path, caption="../report/figure.rst", category=_name, subcategory="figures")
+                report_if_present(path, caption="../report/figure.rst", category=_name, subcategory="figures")
                 if path.endswith(".png")
-                else report(path, caption="../report/table.rst", category=_name, subcategory="tables")
+                else report_if_present(path, caption="../report/table.rst", category=_name, subcategory="tables")
                 if path.endswith(".csv")
                 else path
                 for path in aggregate_outputs(_name)
             ],
+        log:
+            RESULTS / _name / "aggregate.log",
         params:
+            python=PYTHON,
             experiment=_name,
-            definition=DEFINITIONS["experiments"][_name],
-            runs=runs_of(_name),
-            results=RESULTS,
-        script:
-            "../scripts/aggregate.py"
+        run:
+            shell(
+                "{params.python} -m sacglam_core.pipeline.outputs {params.experiment} --definitions {SETTINGS.experiment_file} --results {RESULTS} --models {MODELS} "
+                "> {log} 2>&1"
+            )
 
 
 rule goal_types:
     output:
-        report(str(RESULTS / "figure4.png"), caption="../report/goal_types.rst", category="environment"),
+        report_if_present(str(RESULTS / "figure4.png"), caption="../report/goal_types.rst", category="environment"),
         str(RESULTS / "figure4.pdf"),
-    script:
-        "../scripts/goal_types.py"
+    log:
+        RESULTS / "figure4.log",
+    params:
+        python=PYTHON,
+    run:
+        shell("{params.python} workflow/scripts/goal_types.py {output[0]} > {log} 2>&1")
 
 
 rule calibration:
     input:
-        [run_output(run) for run in RUNS],
+        [marker(run) for run in RUNS],
     output:
-        report(str(RESULTS / "calibration.yaml"), caption="../report/calibration.rst", category="budget"),
-    params:
-        table=BUDGET.calibration,
-    script:
-        "../scripts/calibration.py"
+        report_if_present(str(RESULTS / "calibration.yaml"), caption="../report/calibration.rst", category="budget"),
+    log:
+        RESULTS / "calibration.log",
+    run:
+        write_calibration(SETTINGS.budget.calibration, RESULTS, output[0], log[0])
 
 
 rule figures:
-    """Every figure and table again, from the metrics that exist now: nothing is trained."""
+    """Every figure and table again, from the metrics that exist now: nothing is trained. An experiment
+    without finished runs is skipped with a message."""
+    log:
+        RESULTS / "figures.log",
+    params:
+        python=PYTHON,
+        experiments=SETTINGS.experiments,
     run:
-        for name in SETTINGS.experiments:
-            write_experiment_results(name, DEFINITIONS["experiments"][name], runs_of(name), RESULTS)
+        shell("{params.python} -m sacglam_core.pipeline.outputs {params.experiments} --definitions {SETTINGS.experiment_file} --results {RESULTS} --models {MODELS} 2>&1 | tee {log}")

@@ -1,36 +1,65 @@
-# Experiments expanded into runs, the launcher's settings and the GPU-hour budget, read at parse time.
+# The workflow's settings, its runs, the driver that submits them and Snakemake's plan, read at parse time.
+# Light imports only (no torch, transformers, pandas or matplotlib): a dry run of the paper's grid stays fast.
+import logging
 import sys
 from pathlib import Path
 
-from sacglam_core.pipeline import budget as budgeting
-from sacglam_core.pipeline.config import parse_workflow_config
-from sacglam_core.pipeline.experiments import expand, load_definitions
+from sacglam_core.pipeline import staging
+from sacglam_core.pipeline.budget import write_calibration
+from sacglam_core.pipeline.config import WorkflowConfigError, load_workflow_config
+from sacglam_core.pipeline.driver import Driver
+from sacglam_core.pipeline.experiments import ExperimentError, expand, load_definitions
+from sacglam_core.pipeline.outputs import expected_outputs
+from sacglam_core.pipeline.plan import Plan, PlanListener
+from sacglam_core.pipeline.runstate import MARKER
 
 PYTHON = sys.executable  # the workflow's own interpreter (the project's virtualenv)
-SETTINGS = parse_workflow_config(config)
+try:
+    SETTINGS = load_workflow_config(workflow.config_settings.configfiles, workflow.config_settings.config)
+    DEFINITIONS = load_definitions(SETTINGS.experiment_file)
+    RUNS = expand(DEFINITIONS, SETTINGS.experiments, Path(SETTINGS.results), {"models": SETTINGS.models})
+    MODEL_INPUTS = {str(run.directory): staging.model_inputs(run.config.model, SETTINGS) for run in RUNS}
+except (WorkflowConfigError, ExperimentError) as error:
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(2)
 RESULTS = Path(SETTINGS.results)
 MODELS = Path(SETTINGS.models)
 HF_CACHE = Path(SETTINGS.hf_cache)
 LAUNCHER = SETTINGS.launcher
-BUDGET = SETTINGS.budget
-RUNS = expand(load_definitions(SETTINGS.experiment_file), SETTINGS.experiments, RESULTS, {"models": str(MODELS)})
 RUN_BY_DIR = {str(run.directory): run for run in RUNS}
-GPUS_PER_RUN = LAUNCHER.gpus_per_node if LAUNCHER.executor == "slurm" else 0
-
-
-def run_output(run):
-    return str(run.directory / "done.json")
-
-
-def plan():
-    calibration = budgeting.load_calibration(BUDGET.calibration, RESULTS)
-    return budgeting.plan(RUNS, GPUS_PER_RUN, BUDGET.gpu_name, calibration)
-
-
+DRIVER = Driver(SETTINGS)
+PLAN = Plan(SETTINGS, RUNS)
 if workflow.is_main_process:
-    finished = sum((run.directory / "done.json").exists() for run in RUNS)
-    print(budgeting.report(plan(), finished, BUDGET.allocation_gpu_hours), file=sys.stderr)
+    logging.getLogger("snakemake.logging").addHandler(PlanListener(PLAN, workflow))
+
+
+def run_of(wildcards):
+    return RUN_BY_DIR[str(RESULTS / wildcards.experiment / wildcards.variant / f"seed{wildcards.seed}")]
+
+
+def marker(run):
+    return str(run.directory / MARKER)
+
+
+def runs_of(name):
+    return [run for run in RUNS if run.experiment == name]
+
+
+def aggregate_outputs(name):
+    return [str(p) for p in expected_outputs(name, DEFINITIONS["experiments"][name], RESULTS)]
+
+
+def report_if_present(path, **kwargs):
+    """Files a `--report` shows: those that exist (a campaign in progress has not made them all yet)."""
+    return report(path, **kwargs) if Path(path).exists() else path
+
+
+def train_inputs(wildcards):
+    """The run's model and the image: `ancient`, so that rebuilding them never re-runs a finished run."""
+    run = run_of(wildcards)
+    image = [LAUNCHER.container] if LAUNCHER.container else []
+    return [ancient(path) for path in (*MODEL_INPUTS[str(run.directory)], *image)]
 
 
 onstart:
-    budgeting.check_allocation(plan(), BUDGET.allocation_gpu_hours)
+    PLAN.start(workflow, DRIVER)

@@ -1,38 +1,31 @@
-# Models: the tiny ones are built offline; Hugging Face ones are staged into a shared cache on the
-# login node (which has internet access), so that compute jobs run with HF_HUB_OFFLINE=1.
-
-
-localrules:
-    build_tiny_models,
-    stage_model,
+# Models: the tiny ones are built offline when missing; Hugging Face ones are staged at their pinned commit
+# (model_revisions) into a shared cache on the login node (which has internet access), so that compute jobs
+# run with HF_HUB_OFFLINE=1. Rebuild the tiny models on purpose by deleting them.
 
 
 rule build_tiny_models:
-    input:
-        "sacglam_core/models/tiny.py",
-        "sacglam_core/models/tokenizer.py",
     output:
         directory(MODELS / "tiny-t5"),
         directory(MODELS / "tiny-causal"),
     log:
         MODELS / "build-tiny.log",
-    shell:
-        "{PYTHON} -m sacglam_core.models build-tiny {MODELS} > {log} 2>&1"
-
-
-def staged_flag(name):
-    return HF_CACHE / ".staged" / (name.replace("/", "--") + ".done")
+    params:
+        python=PYTHON,
+    run:
+        shell("OMP_NUM_THREADS=1 {params.python} -m sacglam_core.models build-tiny {MODELS} > {log} 2>&1")
 
 
 rule stage_model:
     output:
-        HF_CACHE / ".staged" / "{name}.done",
+        HF_CACHE / staging.FLAGS / "{name}.done",
+    log:
+        HF_CACHE / staging.FLAGS / "{name}.log",
     params:
-        hub_id=lambda wildcards: wildcards.name.replace("--", "/"),
-    shell:
-        "{PYTHON} -m sacglam_core.models stage {params.hub_id} --cache-dir {HF_CACHE} && touch {output}"
-
-
-def model_input(run):
-    model = run.config.model
-    return [model.name_or_path] if model.is_local_path else [staged_flag(model.name_or_path)]
+        python=PYTHON,
+        hub_id=lambda wildcards: staging.hub_id(wildcards.name),
+        revision=lambda wildcards: staging.revision(SETTINGS, staging.hub_id(wildcards.name)),
+    run:
+        shell(
+            "{params.python} -m sacglam_core.models stage {params.hub_id} --revision {params.revision} "
+            "--cache-dir {HF_CACHE} > {log} 2>&1 && touch {output}"
+        )

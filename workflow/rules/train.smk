@@ -1,26 +1,19 @@
-# One training run: written to <run>/run.yaml and launched through submitit (see sacglam_core/pipeline/launch.py).
-
-
-def run_of(wildcards):
-    return RUN_BY_DIR[str(RESULTS / wildcards.experiment / wildcards.variant / f"seed{wildcards.seed}")]
+# One training run: submitted (or re-attached to) and waited for by the driver, in a thread of this process
+# (sacglam_core/pipeline/driver.py). Its output is the marker written once done.json exists: done.json itself is
+# never a Snakemake output, so no rerun or cleanup of Snakemake's ever deletes a finished run.
 
 
 rule train:
     input:
-        model=lambda wildcards: model_input(run_of(wildcards)),
-        image=container_input,
+        train_inputs,
     output:
-        RESULTS / "{experiment}" / "{variant}" / "seed{seed}" / "done.json",
-    params:
-        run=run_of,
-        launcher=LAUNCHER,
-        hf_cache=HF_CACHE,
+        RESULTS / "{experiment}" / "{variant}" / "seed{seed}" / MARKER,
+    log:
+        RESULTS / "{experiment}" / "{variant}" / "seed{seed}" / "driver.log",
+    retries: LAUNCHER.retries
     wildcard_constraints:
         experiment="[^/]+",
         variant="[^/]+",
         seed=r"\d+",
-    resources:
-        gpus=GPUS_PER_RUN,
-        runtime=LAUNCHER.time_min,
-    script:
-        "../scripts/launch_run.py"
+    run:
+        DRIVER.train(run_of(wildcards), output[0], log[0])

@@ -1,8 +1,11 @@
-"""Snakemake script of the `goal_types` rule: Figure 4, from the environment's goal catalogue."""
+"""Figure 4 (the `goal_types` rule): the goal types of the environment's catalogue, as PNG and PDF.
 
+python workflow/scripts/goal_types.py results/figure4.png
+"""
+
+import sys
 from pathlib import Path
 
 from sacglam_core.pipeline.figures import goal_types_figure, write_figure
 
-snakemake = snakemake  # noqa: F821 (injected by Snakemake)
-write_figure(goal_types_figure(), Path(snakemake.output[0]).with_suffix(""))
+write_figure(goal_types_figure(), Path(sys.argv[1]).with_suffix(""))

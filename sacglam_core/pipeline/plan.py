@@ -1,0 +1,179 @@
+"""Snakemake's plan: the `train` jobs it will run (its DAG's needrun jobs), their budget and the preflight.
+
+Snakemake announces its plan with a RUN_INFO log event as soon as the DAG is built, in a dry run and in a
+real run alike, before any job starts and before `onstart`; a dry run announces it again at its end.
+`PlanListener` prints the budget of exactly those jobs then (and the total again at the end of a dry run).
+In a real run `Plan.enforce` (from `onstart`) refuses to start, before anything is submitted, when the plan
+is over the allocation or the preflight fails; a dry run prints the same problems as warnings. Snakemake
+never plans `train` for `figures` or `--report`, so these are never refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+
+from sacglam_core.pipeline import budget as budgeting
+from sacglam_core.pipeline import runstate, slurm
+from sacglam_core.pipeline.config import WorkflowConfig, settings_file
+from sacglam_core.pipeline.driver import DriverError, say
+from sacglam_core.pipeline.experiments import Run
+
+TRAIN_RULE = "train"
+
+
+class Plan:
+    def __init__(self, settings: WorkflowConfig, runs: list[Run]) -> None:
+        self.settings = settings
+        self.by_directory = {str(run.directory): run for run in runs}
+        self.cluster_file = settings_file(settings)
+        self._budget: budgeting.Budget | None = None
+        self._announced = 0
+
+    def runs(self, dag) -> list[Run]:
+        """The runs of the `train` jobs Snakemake will run, in the order of the experiment definitions."""
+        planned = {str(Path(job.output[0]).parent) for job in dag.needrun_jobs() if job.rule.name == TRAIN_RULE}
+        return [run for directory, run in self.by_directory.items() if directory in planned]
+
+    def budget(self, dag) -> budgeting.Budget:
+        if self._budget is None:
+            launcher, budget = self.settings.launcher, self.settings.budget
+            gpus = launcher.gpus_per_node if launcher.executor == "slurm" else 0
+            runs = self.runs(dag)
+            self._budget = budgeting.make_budget(
+                runs,
+                gpus,
+                budget.gpu_name,
+                budgeting.load_calibration(budget.calibration, self.settings.results),
+                budgeting.Limits(launcher.time_min, launcher.signal_delay_s, launcher.max_requeues),
+                self.settings.results,
+                queued=self._queued(runs),
+            )
+        return self._budget
+
+    def _queued(self, runs: list[Run]) -> frozenset[Path]:
+        """Runs whose recorded job is still in the queue (the driver re-attaches to these)."""
+        records = {run.directory: runstate.read_job(run.directory) for run in runs}
+        if self.settings.launcher.executor != "slurm" or not any(records.values()) or not slurm.available():
+            return frozenset()
+        try:
+            queue = slurm.queue()
+        except slurm.SlurmError:
+            return frozenset()
+        return frozenset(d for d, r in records.items() if r and queue.get(str(r["job_id"]), ("",))[0] in slurm.LIVE)
+
+    def to_train(self, dag) -> list[Run]:
+        return [e.run for e in self.budget(dag).estimates if e.status != "finished"]
+
+    # -- what Snakemake calls ------------------------------------------------------------------------
+    def announce(self, workflow) -> None:
+        """Print the budget (first announcement), or its total again (the end of a dry run)."""
+        self._announced += 1
+        allocation = self.settings.budget.allocation_gpu_hours
+        budget = self.budget(workflow.dag)
+        if self._announced > 1:
+            if workflow.dryrun:
+                say(
+                    "GPU-hour budget (repeated from the start of this dry run):\n"
+                    + budgeting.total_line(budget, allocation)
+                )
+            return
+        say(budgeting.report(budget, allocation, dryrun=workflow.dryrun))
+        if workflow.dryrun:
+            for problem in self.preflight(workflow.dag):
+                say(f"  WARNING: preflight: {problem}; a real run refuses to start")
+
+    def start(self, workflow, driver) -> None:
+        """Snakemake's onstart: refuse (one line, status 2) or start the driver; nothing was submitted yet."""
+        try:
+            driver.start(training=self.enforce(workflow))
+        except (budgeting.BudgetExceededError, DriverError, runstate.RunStateError) as error:
+            say(f"error: {error}")
+            raise SystemExit(2) from None
+
+    def enforce(self, workflow) -> bool:
+        """Before the first job (onstart): the allocation and the preflight. Whether training is planned."""
+        budget = self.budget(workflow.dag)
+        budgeting.check_allocation(budget, self.settings.budget.allocation_gpu_hours)
+        problems = self.preflight(workflow.dag)
+        if problems:
+            raise DriverError("preflight: " + "; ".join(problems))
+        return bool(budget.estimates)
+
+    # -- preflight ---------------------------------------------------------------------------------
+    def preflight(self, dag) -> list[str]:
+        """What would make the planned jobs fail after queueing, found before submitting any."""
+        runs = self.to_train(dag)
+        launcher = self.settings.launcher
+        problems = [self._ranks(run) for run in runs]
+        problems = [p for p in problems if p]
+        if runs and launcher.executor == "slurm":
+            if not launcher.partition:
+                problems.append(
+                    f"{self.cluster_file}: launcher.partition is not set; SLURM would use its default partition "
+                    f"(`sinfo -s` lists them)"
+                )
+            if launcher.gpus_per_node < 1:
+                problems.append(
+                    f"{self.cluster_file}: launcher.gpus_per_node must be at least 1 on SLURM (one rank per GPU)"
+                )
+            if not slurm.available():
+                problems.append(
+                    "launcher.executor is slurm but sbatch, squeue or sacct is not on PATH: run this on the "
+                    "cluster's login node, or use --profile profiles/local"
+                )
+            elif not problems:
+                problems += self._test_only(runs[0])
+        return problems
+
+    def _ranks(self, run: Run) -> str | None:
+        progress = runstate.progress(run.directory)
+        ranks = self.settings.launcher.ranks if self.settings.launcher.executor == "slurm" else 1
+        if progress is None or progress.world == ranks:
+            return None
+        return (
+            f"{run.directory} was checkpointed by {progress.world} ranks ({progress.manifest.name}) but "
+            f"launcher.gpus_per_node gives {ranks}: resume it with the same GPUs per node ({self.cluster_file}), "
+            f"or move it aside to start over"
+        )
+
+    def _test_only(self, run: Run) -> list[str]:
+        from sacglam_core.pipeline.launch import submission_script
+
+        launcher = self.settings.launcher
+        with tempfile.TemporaryDirectory(prefix="sacglam-preflight-") as tmp:
+            script = Path(tmp) / "preflight.sh"
+            script.write_text(submission_script(Path(tmp), launcher))
+            try:
+                accepted, message = slurm.test_only(str(script))
+            except slurm.SlurmError as error:
+                return [str(error)]
+        if accepted:
+            return []
+        options = ", ".join(
+            f"{k}={v}"
+            for k, v in [("partition", launcher.partition), ("account", launcher.account), ("qos", launcher.qos),
+                         ("constraint", launcher.constraint), ("gpus_per_node", launcher.gpus_per_node),
+                         ("time_min", launcher.time_min), ("mem_gb", launcher.mem_gb)]
+            if v is not None
+        )  # fmt: skip
+        return [f"sbatch --test-only rejected the training jobs' options ({options}; {self.cluster_file}): {message}"]
+
+
+class PlanListener(logging.Handler):
+    """Calls `plan.announce(workflow)` on each RUN_INFO event of Snakemake's log, and when it has nothing to do."""
+
+    def __init__(self, plan: Plan, workflow) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.plan, self.workflow = plan, workflow
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from snakemake.common import NOTHING_TO_BE_DONE_MSG
+
+        if str(getattr(record, "event", "")) != "run_info" and record.getMessage() != NOTHING_TO_BE_DONE_MSG:
+            return
+        try:
+            self.plan.announce(self.workflow)
+        except Exception as error:  # a logging handler must not raise; onstart checks again and fails loudly
+            say(f"GPU-hour budget: not available ({error})")

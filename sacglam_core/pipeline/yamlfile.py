@@ -1,0 +1,67 @@
+"""Strict YAML for the workflow's own files: every problem is one line naming the file, the key and the line.
+
+PyYAML (YAML 1.1) keeps the last of two equal keys without a word, reads `time_min: 20:00:00` as the
+base-60 number 72000 and an empty file as nothing at all. Here each of these is an error.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+SEXAGESIMAL = re.compile(r"^[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?$")
+NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
+class YamlFileError(ValueError):
+    """A YAML file that cannot be used; the message names the file (and the key and line)."""
+
+
+def _check(node: yaml.Node, where: str, keys: tuple[str, ...] = ()) -> None:
+    """Duplicate keys and base-60 numbers anywhere under `node`."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            line = key_node.start_mark.line + 1
+            dotted = ".".join((*keys, key))
+            if key in seen:
+                raise YamlFileError(f"{where}:{line}: duplicate key {dotted} (first at line {seen[key]})")
+            seen[key] = line
+            _check(value_node, where, (*keys, key))
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _check(item, where, (*keys, str(index)))
+    elif node.tag in NUMBER_TAGS and SEXAGESIMAL.match(str(node.value)):
+        raise YamlFileError(
+            f"{where}:{node.start_mark.line + 1}: {'.'.join(keys)}: {node.value} is read by YAML as the base-60 "
+            f'number {yaml.safe_load(node.value)}; write plain minutes or quote it ("{node.value}")'
+        )
+
+
+def load(path: str | Path, what: str = "YAML file") -> dict:
+    """The YAML mapping in `path`; `what` says what the file is for, in messages."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise YamlFileError(f"{what} {path} does not exist") from None
+    except OSError as error:
+        raise YamlFileError(f"cannot read {what} {path}: {error.strerror}") from None
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None:
+            _check(node, str(path))
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError as error:
+        raise YamlFileError(f"{what} {path} is not valid YAML: {' '.join(str(error).split())}") from None
+    finally:
+        loader.dispose()
+    if data is None:
+        raise YamlFileError(f"{what} {path} is empty")
+    if not isinstance(data, dict):
+        raise YamlFileError(f"{what} {path} must hold a mapping of keys, not a {type(data).__name__}")
+    return data

@@ -1,0 +1,153 @@
+"""The GPU-hour budget of planned runs: the paper's rate, relative costs, measured runs, what is left of
+partially done runs, attempts per run, hours already spent and the allocation guard."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sacglam_core.pipeline import budget as budgeting
+from sacglam_core.pipeline.experiments import Run, expand, load_definitions
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFINITIONS = ROOT / "workflow" / "config" / "experiments.yaml"
+
+V100 = "Tesla V100-SXM2-32GB"
+LIMITS = budgeting.Limits(time_min=1200, signal_delay_s=120, max_requeues=20)
+
+
+@pytest.fixture(scope="module")
+def definitions():
+    return load_definitions(DEFINITIONS)
+
+
+def table(tmp_path, sac: float = 1.0):
+    """The calibration table with the paper's rate for every algorithm (SAC's relative cost `sac`)."""
+    raw = yaml.safe_load((ROOT / "workflow" / "config" / "calibration.yaml").read_text())
+    raw["relative_cost"] = {"ppo": 1.0, "ppo+her": 1.0, "sac": sac, "sac+her": 1.0}
+    path = tmp_path / "calibration.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def make(runs, tmp_path, sac=1.0, results=None, gpus=4):
+    calibration = budgeting.load_calibration(table(tmp_path, sac), results or tmp_path)
+    return budgeting.make_budget(runs, gpus, V100, calibration, LIMITS, results or tmp_path)
+
+
+def by_variant(budget) -> dict[str, list[budgeting.Estimate]]:
+    out = {}
+    for e in budget.estimates:
+        out.setdefault(e.run.variant, []).append(e)
+    return out
+
+
+def finish(run: Run, hours: float, gpus: int = 4) -> None:
+    run.directory.mkdir(parents=True, exist_ok=True)
+    (run.directory / "config.yaml").write_text(yaml.safe_dump(run.settings))
+    summary = {"env_steps": run.config.total_steps, "wall_seconds": hours * 3600, "gpus": gpus, "gpu_name": V100}
+    (run.directory / "done.json").write_text(json.dumps(summary))
+
+
+def checkpoint(run: Run, steps: int, world: int = 4) -> None:
+    (run.directory / "checkpoints").mkdir(parents=True, exist_ok=True)
+    (run.directory / "config.yaml").write_text(yaml.safe_dump(run.settings))
+    manifest = {"number": steps, "world": world, "files": {}}
+    (run.directory / "checkpoints" / f"ckpt-{steps:09d}.json").write_text(json.dumps(manifest))
+
+
+def test_the_papers_rate_and_scaled_estimates_are_labelled(tmp_path, definitions):
+    runs = expand(definitions, ["main", "critic_architecture"], tmp_path)
+    budget = make(runs, tmp_path)
+    main = [e for e in budget.estimates if e.run.experiment == "main"]
+    assert {e.source for e in main} == {"paper"} and sum(e.gpu_hours for e in main) == pytest.approx(12 * 80)
+    ablation = [e for e in budget.estimates if e.run.experiment == "critic_architecture"]
+    # 100,000 steps on the simplified environment: the paper's rate scaled, and said so
+    assert {e.source for e in ablation} == {"scaled estimate"} and ablation[0].gpu_hours == pytest.approx(20)
+
+
+def test_sac_costs_more_per_step_than_ppo(tmp_path, definitions):
+    budget = make(expand(definitions, ["main"], tmp_path), tmp_path, sac=1.5)
+    variants = by_variant(budget)
+    assert variants["PPO-GLAM"][0].gpu_hours == pytest.approx(80) and variants["PPO-GLAM"][0].source == "paper"
+    assert variants["SAC-GLAM"][0].gpu_hours == pytest.approx(120)
+    assert variants["SAC-GLAM"][0].source == "paper, sac x1.5"
+
+
+def test_the_committed_rates_make_sac_slower_than_ppo(tmp_path, definitions):
+    """The paper's 80 GPU-hours per seed for SAC-GLAM; PPO-GLAM, faster per step (Section 3), costs less."""
+    calibration = budgeting.load_calibration(ROOT / "workflow" / "config" / "calibration.yaml", tmp_path)
+    estimates = budgeting.estimate(expand(definitions, ["main"], tmp_path), 4, V100, calibration)
+    seed = {e.run.variant: (e.gpu_hours, e.source) for e in estimates}
+    assert seed["SAC-GLAM"] == seed["SAC-GLAM+HER"] == (pytest.approx(80), "paper")
+    assert seed["PPO-GLAM"] == (pytest.approx(80 * 0.43), "paper, ppo x0.43")
+
+
+def test_partial_finished_and_measured_runs(tmp_path, definitions):
+    runs = expand(definitions, ["main"], tmp_path)
+    sac = [r for r in runs if r.variant == "SAC-GLAM"]
+    finish(sac[0], hours=10)  # 400,000 steps in 10 h on 4 GPUs: 10,000 steps per GPU-hour, measured
+    checkpoint(sac[1], steps=100_000)
+    budget = make(runs, tmp_path)
+    states = {e.run.directory: e for e in budget.estimates}
+    assert states[sac[0].directory].status == "finished" and states[sac[0].directory].gpu_hours == 0
+    resumed = states[sac[1].directory]
+    assert resumed.status == "resumes" and resumed.remaining_steps == 300_000
+    assert resumed.source == "measured (1 runs)" and resumed.gpu_hours == pytest.approx(30)
+    assert states[sac[2].directory].gpu_hours == pytest.approx(40)
+    # already spent: the finished run as measured, the checkpointed quarter of the other at the measured rate
+    assert budget.spent_finished == pytest.approx(40) and budget.spent_partial == pytest.approx(10)
+
+
+def test_attempts_per_run_follow_the_time_limit(tmp_path, definitions):
+    budget = make(expand(definitions, ["main"], tmp_path), tmp_path)
+    assert LIMITS.hours_per_attempt == pytest.approx(20 - 2 / 60)
+    assert LIMITS.attempts(20.0) == 2 and LIMITS.attempts(19.9) == 1 and LIMITS.attempts(math.nan) == 1
+    report = budgeting.report(budget, None)
+    assert "PPO-GLAM                                    4  new          4    20.0        2      320.0  paper" in report
+    tight = budgeting.Budget(budget.estimates, 0, 0, budgeting.Limits(1200, 120, 0), budget.calibration)
+    assert "needs 2 attempts but launcher.max_requeues=0 allows 1" in budgeting.report(tight, None)
+
+
+def test_report_subtotals_spent_and_the_total_at_the_end(tmp_path, definitions):
+    runs = expand(definitions, ["main", "critic_architecture"], tmp_path)
+    finish(runs[0], hours=20)  # 80 GPU-h spent, outside the plan
+    planned = runs[1:]
+    budget = make(planned, tmp_path)
+    report = budgeting.report(budget, 1000).splitlines()
+    assert report[0] == "GPU-hour budget of Snakemake's plan: 19 train jobs (19 new)"
+    assert any(line.startswith("    subtotal main") and line.endswith("880.0") for line in report)
+    assert any(line.startswith("    subtotal critic_architecture") and line.endswith("160.0") for line in report)
+    assert "80.0 GPU-h by finished runs (measured)" in "\n".join(report)
+    assert report[-2] == (
+        "  total: 19 runs to train, 1,040.0 GPU-hours planned + 80.0 spent = 1,120.0 of the allocation's 1,000.0 "
+        "(budget.allocation_gpu_hours)"
+    )
+    assert report[-1].startswith("  WARNING: 1,120.0 GPU-hours is over the allocation of 1,000.0")
+    with pytest.raises(budgeting.BudgetExceededError, match="1,040.0 GPU-hours and 80.0 are already spent"):
+        budgeting.check_allocation(budget, 1000)
+    budgeting.check_allocation(budget, 1200)
+
+
+def test_cpu_runs_are_budgeted_from_measured_cpu_runs(tmp_path, definitions):
+    runs = expand(definitions, ["smoke"], tmp_path, {"models": "resources/models"})
+    (estimate, *_) = make(runs[:1], tmp_path, gpus=0).estimates
+    assert math.isnan(estimate.wall_hours) and estimate.source == "not measured yet" and estimate.gpu_hours == 0
+    done = runs[0]
+    done.directory.mkdir(parents=True)
+    (done.directory / "config.yaml").write_text(yaml.safe_dump(done.settings))
+    (done.directory / "done.json").write_text(json.dumps({"env_steps": 1024, "wall_seconds": 360, "gpus": 0}))
+    twin = Run(done.experiment, done.variant, 1, tmp_path / "other", {**done.settings, "seed": 1})
+    (estimate,) = make([twin], tmp_path, gpus=0).estimates
+    assert estimate.source == "measured (1 runs)" and estimate.wall_hours == pytest.approx(0.1)  # 1024 steps, 6 min
+
+
+def test_an_exhausted_allocation_never_refuses_a_plan_without_training(tmp_path, definitions):
+    runs = expand(definitions, ["main"], tmp_path)
+    finish(runs[0], hours=20)  # 80 GPU-h spent, all of the allocation
+    budget = make([runs[0]], tmp_path)  # planned: only its marker (as for `figures`, which plans no train at all)
+    assert budget.planned == 0 and not budget.over(50)
+    budgeting.check_allocation(budget, 50)
+    assert "WARNING" not in budgeting.report(budget, 50)
