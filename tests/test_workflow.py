@@ -181,6 +181,20 @@ def test_dry_run_of_the_paper_grid_lists_every_run_and_the_budget(tmp_path):
     print(f"dry run of the paper grid: {seconds:.1f} s (with import profiling)")
 
 
+def test_local_runs_claim_their_torch_threads_as_snakemake_cores(tmp_path, definitions):
+    """A local run with threads: 2 takes both of the profile's 2 cores, so it never runs beside another."""
+    changed = yaml.safe_load(DEFINITIONS.read_text())
+    changed["experiments"]["smoke"]["variants"]["PPO-GLAM"]["threads"] = 2
+    experiments = tmp_path / "experiments.yaml"
+    experiments.write_text(yaml.safe_dump(changed))
+    config = [*local_config(tmp_path, ["smoke"]), f"experiment_file={experiments}"]
+    result = snakemake("--profile", "profiles/local", "-n", "--config", *config)
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = [block for block in result.stdout.split("rule ")[1:] if block.startswith("train:")]
+    threads = {re.search(r"variant=([^,-]+(?:-GLAM)?(?:\+HER)?)", b).group(1): "threads: 2" in b for b in jobs}
+    assert threads == {"PPO-GLAM": True, "SAC-GLAM": False, "SAC-GLAM+HER": False}
+
+
 def test_real_launch_refuses_a_plan_above_the_allocation(tmp_path):
     config = ["experiments=[main]", "budget={allocation_gpu_hours: 100}", f"results={tmp_path}"]
     result = snakemake("--profile", "profiles/slurm", "--config", *config)

@@ -54,6 +54,14 @@ def report_if_present(path, **kwargs):
     return report(path, **kwargs) if Path(path).exists() else path
 
 
+def train_threads(wildcards):
+    """Cores a local run occupies, its torch threads (all cores when unset): Snakemake then never starts more
+    runs at once than `--cores` holds, and threads never oversubscribe them. A SLURM run waits in one thread."""
+    if LAUNCHER.executor != "local":
+        return 1
+    return min(run_of(wildcards).config.threads or workflow.cores, workflow.cores)
+
+
 def train_inputs(wildcards):
     """The run's model and the image: `ancient`, so that rebuilding them never re-runs a finished run."""
     run = run_of(wildcards)

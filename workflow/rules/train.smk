@@ -10,6 +10,7 @@ rule train:
         RESULTS / "{experiment}" / "{variant}" / "seed{seed}" / MARKER,
     log:
         RESULTS / "{experiment}" / "{variant}" / "seed{seed}" / "driver.log",
+    threads: train_threads
     retries: LAUNCHER.retries
     wildcard_constraints:
         experiment="[^/]+",
