@@ -18,3 +18,12 @@ def test_ruff(command):
         [RUFF, *command, "sacglam_core", "tests", "workflow"], cwd=ROOT, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_benchmark_pins_and_prints_its_threads():
+    """Benchmarks take --threads (default 1), so none oversubscribes a shared machine by torch's default."""
+    benchmarks = ROOT / "sacglam_core" / "benchmarks"
+    scripts = [p for p in benchmarks.glob("*.py") if "def main(" in p.read_text()]
+    assert len(scripts) >= 8
+    missing = [p.name for p in scripts if "add_threads_argument(parser)" not in p.read_text()]
+    assert not missing, f"benchmarks without --threads: {missing}"

@@ -25,13 +25,14 @@ from pathlib import Path
 
 import yaml
 
+from sacglam_core.benchmarks import add_threads_argument
 from sacglam_core.metrics import TIMING_COLUMNS
 from sacglam_core.pipeline.experiments import expand, load_definitions
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_config(experiment: str, variant: str, steps: int, models: str) -> dict:
+def run_config(experiment: str, variant: str, steps: int, models: str, threads: int) -> dict:
     runs = expand(
         load_definitions(ROOT / "workflow/config/experiments.yaml"), [experiment], "unused", {"models": models}
     )
@@ -39,7 +40,7 @@ def run_config(experiment: str, variant: str, steps: int, models: str) -> dict:
     if not matching:
         raise SystemExit(f"error: {experiment!r} has no variant {variant!r}: {sorted({r.variant for r in runs})}")
     settings = dict(matching[0].settings)
-    settings.update(total_steps=steps, threads=1)
+    settings.update(total_steps=steps, threads=threads)
     settings["eval"] = {**settings.get("eval", {}), "every_steps": 10**9}
     settings["checkpoint"] = {**settings.get("checkpoint", {}), "every_updates": 10**9}
     return settings
@@ -72,9 +73,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1920)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--models", default=str(ROOT / "resources/models"))
+    add_threads_argument(parser)
     args = parser.parse_args()
-    settings = run_config(args.experiment, args.variant, args.steps, str(Path(args.models).resolve()))
-    print(f"{args.experiment} / {args.variant}, {args.steps} steps, 1 thread per run; baseline {args.baseline}")
+    settings = run_config(args.experiment, args.variant, args.steps, str(Path(args.models).resolve()), args.threads)
+    print(
+        f"{args.experiment} / {args.variant}, {args.steps} steps, {args.threads} torch thread(s) per run, "
+        f"both runs at once; baseline {args.baseline}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         baseline = tmp / "baseline"
@@ -89,7 +94,7 @@ def main() -> None:
                 processes = {}
                 for name, tree in trees.items():
                     out = tmp / f"{name.replace(' ', '-')}-{repeat}"
-                    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
+                    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": str(args.threads)}
                     command = [
                         sys.executable,
                         "-m",

@@ -12,6 +12,7 @@ import argparse
 import random
 import time
 
+from sacglam_core.benchmarks import add_threads_argument, pin_threads
 from sacglam_core.envs import EnvConfig, VectorPlayground
 
 
@@ -40,7 +41,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3000, help="vector steps to time")
     parser.add_argument("--simplified", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
+    add_threads_argument(parser)
     args = parser.parse_args()
+    pin_threads(args.threads)
     config = EnvConfig.simplified_variant() if args.simplified else EnvConfig()
     print(f"Playground-Text vector env: {args.num_envs} envs, {args.steps} vector steps, {config}")
     for repeat in range(args.repeats):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from sacglam_core.benchmarks import add_threads_argument, pin_threads
 from sacglam_core.config import parse_config
 from sacglam_core.trainer import Trainer
 
@@ -43,7 +44,7 @@ def run(name: str, dtype: str, args: argparse.Namespace, out: Path) -> tuple[lis
         "output_dir": str(out / name / dtype),
         "total_steps": args.steps,
         "num_envs": 32,
-        "threads": 1,
+        "threads": args.threads,
         "env": {"simplified": True, "n_objects": 3, "max_steps": 8},
         "eval": {"every_steps": args.steps // 4, "episodes_per_type": 32, "test_episodes": 8},
         "checkpoint": {"every_updates": 10**9},
@@ -64,7 +65,9 @@ def main() -> None:
     parser.add_argument("--model", default="resources/models/tiny-t5")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--steps", type=int, default=512)
+    add_threads_argument(parser)
     args = parser.parse_args()
+    pin_threads(args.threads)
     print(f"compute dtype numerics: {args.model}, {args.device}, {args.steps} steps, LoRA r=16, same seed")
     with tempfile.TemporaryDirectory() as tmp:
         for name, (_, columns) in RUNS.items():

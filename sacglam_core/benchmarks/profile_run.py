@@ -19,6 +19,7 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+from sacglam_core.benchmarks import add_threads_argument, pin_threads
 from sacglam_core.config import parse_config
 from sacglam_core.pipeline.experiments import expand, load_definitions
 from sacglam_core.trainer import Trainer
@@ -86,11 +87,18 @@ def main() -> None:
     parser.add_argument("--models", default="resources/models")
     parser.add_argument("--steps", type=int, default=None, help="environment steps (default: the experiment's)")
     parser.add_argument("--top", type=int, default=12, help="also list the slowest functions outside the model")
+    add_threads_argument(parser)
     args = parser.parse_args()
+    pin_threads(args.threads)
     runs = expand(load_definitions(args.experiments), [args.experiment], "unused", {"models": args.models})
     run = next(r for r in runs if r.variant == args.variant)
     with tempfile.TemporaryDirectory() as tmp:
-        settings = {**run.settings, "output_dir": tmp, **({"total_steps": args.steps} if args.steps else {})}
+        settings = {
+            **run.settings,
+            "output_dir": tmp,
+            "threads": args.threads,
+            **({"total_steps": args.steps} if args.steps else {}),
+        }
         trainer = Trainer(parse_config(settings))
         profiler = cProfile.Profile()
         profiler.runcall(trainer.run)

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from sacglam_core.agent import CriticConfig, GlamAgent, GlamLM
+from sacglam_core.benchmarks import add_threads_argument, pin_threads
 from sacglam_core.envs import EnvConfig, VectorPlayground
 from sacglam_core.envs.playground import ACTION_VOCABULARY
 from sacglam_core.models.shapes import flan_t5_base_shaped
@@ -178,9 +179,10 @@ def main() -> None:
     parser.add_argument("--critic-batch", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-naive", action="store_true", help="skip the (slow) naive scorer")
+    add_threads_argument(parser)
     args = parser.parse_args()
+    pin_threads(args.threads)
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
     for dtype_name in args.dtype:
         dtype = getattr(torch, dtype_name)
         if args.flan_t5_base:

@@ -50,6 +50,7 @@ from sacglam_core.agent import CriticConfig, GlamAgent, GlamLM
 from sacglam_core.agent.tokens import PromptTokens
 from sacglam_core.algos.ppo import PPO, Transition
 from sacglam_core.algos.sac import SAC
+from sacglam_core.benchmarks import add_threads_argument, pin_threads
 from sacglam_core.benchmarks.sac_reference import reference_batches, reference_critic_update
 from sacglam_core.config import RunConfig, parse_config
 from sacglam_core.distributed import Ranks
@@ -343,12 +344,12 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=4, help="sampled update batches averaged per setting")
     parser.add_argument("--steps", type=int, default=300, help="vector steps of random play that fill the buffer")
     parser.add_argument("--quick", action="store_true", help="only the paper's critic and the one-pass one")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    add_threads_argument(parser)
     args = parser.parse_args()
     if not 0 < args.fraction_of_peak <= 1 or args.batches < 1 or args.steps < 1:
         parser.error("--fraction-of-peak must be in (0, 1], --batches and --steps positive")
-    torch.set_num_threads(args.threads)
-    print(f"step_cost: Flan-T5-base shape, LoRA, bf16 on the meta device; {torch.get_num_threads()} CPU thread(s)")
+    pin_threads(args.threads)
+    print("step_cost: Flan-T5-base shape, LoRA, bf16 on the meta device")
     play = random_play(PromptTokens(build_tokenizer(add_eos=True)), args.steps)
     print(
         f"random play: {len(play.episodes)} episodes, mean length {np.mean([e.length for e in play.episodes]):.1f} "

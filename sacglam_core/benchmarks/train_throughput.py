@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from sacglam_core.benchmarks import add_threads_argument, pin_threads
 from sacglam_core.config import parse_config
 from sacglam_core.trainer import Trainer
 
@@ -26,13 +27,14 @@ VARIANTS = {
 
 
 def measure(
-    name: str, settings: dict, model: dict, steps: int, simplified: bool, out: Path
+    name: str, settings: dict, model: dict, steps: int, simplified: bool, out: Path, threads: int
 ) -> tuple[float, float, int]:
     """Environment steps/s, wall seconds and gradient updates of one short run."""
     raw = {
         **settings,
         "model": model,
         "output_dir": str(out / name),
+        "threads": threads,
         "total_steps": 2 * 2048 if settings["algorithm"] == "ppo" else steps,
         "env": {"simplified": simplified, "n_objects": 3 if simplified else 6},
         "eval": {"every_steps": 10**9, "episodes_per_type": 1, "test_episodes": 1},
@@ -54,13 +56,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1024, help="environment steps of each SAC run")
     parser.add_argument("--simplified", action="store_true")
     parser.add_argument("--only", nargs="*", choices=list(VARIANTS), help="variants to run (default: all)")
+    add_threads_argument(parser)
     args = parser.parse_args()
+    pin_threads(args.threads)
     model = {"name_or_path": args.model, "device": args.device, "dtype": args.dtype}
     env = "simplified (N=3)" if args.simplified else "full (N=6)"
     print(f"training throughput: {args.model}, {args.device}, {args.dtype}, {env} environment, 32 environments")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only or VARIANTS:
-            rate, wall, updates = measure(name, VARIANTS[name], model, args.steps, args.simplified, Path(tmp))
+            rate, wall, updates = measure(
+                name, VARIANTS[name], model, args.steps, args.simplified, Path(tmp), args.threads
+            )
             # SAC updates start once finished episodes fill a batch: too few steps measure acting alone.
             print(f"  {name:<14}{rate:>9.1f} env steps/s   ({updates} updates, {wall:.0f} s wall)", flush=True)
 
