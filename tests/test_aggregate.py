@@ -221,20 +221,50 @@ def test_claims_hold_or_fail_on_known_curves(experiment_dir):
     ppo, sac = check(experiment, {"learns": ["PPO", "SAC+HER"], "margin": 0.2}, 0.5)
     assert not ppo.holds and "0.600" in ppo.evidence  # final 0.6 is not above 0.5 + 0.2
     assert sac.holds and "0.917" in sac.evidence
-    (order,) = check(experiment, {"order": ["SAC+HER", "PPO"]}, 0.5)
     # AUCs: SAC+HER 0.5, 0.625, 0.28125 (mean 0.46875); PPO 0.2, 0.4; 5 of the 6 pairs favour SAC+HER.
-    assert order.holds and "0.469" in order.evidence and "P(better) = 0.83" in order.evidence
-    (reversed_order,) = check(experiment, {"order": ["PPO", "SAC+HER"]}, 0.5)
-    assert not reversed_order.holds
+    (better,) = check(experiment, {"better": [{"x": "SAC+HER", "y": "PPO", "at_least": 0.8}]}, 0.5)
+    assert better.holds and "P = 0.83 [95% CI " in better.evidence and "6 seed pairs" not in better.evidence
+    assert "over 3 x 2 seed pairs" in better.evidence and "0.469" in better.evidence
+    low, high = map(float, better.evidence.split("CI ")[1].split("]")[0].split(", "))
+    assert low < 0.83 < high <= 1.0  # 5 seeds or fewer: a wide interval, printed beside the estimate
+    (stricter,) = check(experiment, {"better": [{"x": "SAC+HER", "y": "PPO", "at_least": 0.9}]}, 0.5)
+    assert not stricter.holds  # thresholds apply to P, never to the means (SAC+HER's mean is higher)
+    (reversed_order,) = check(experiment, {"better": [{"x": "PPO", "y": "SAC+HER", "at_least": 0.5}]}, 0.5)
+    assert not reversed_order.holds and "P = 0.17" in reversed_order.evidence
+
+
+def test_time_claims_compare_mean_training_time(experiment_dir):
+    _, runs = experiment_dir
+    for run in runs:
+        if run.variant == "SAC+HER":  # 240 s of training against PPO's 120 (metrics rows), wall time aside
+            done = json.loads((run.directory / "done.json").read_text())
+            (run.directory / "done.json").write_text(json.dumps({**done, "train_seconds": 240.0}))
+    experiment = load_experiment("demo", runs)
+    (fits,) = check(experiment, {"time": [{"x": "SAC+HER", "y": "PPO", "at_most": 2.0}]}, 0.5)
+    assert fits.holds and fits.evidence.startswith("ratio 2.00 [95% CI 2.00, 2.00]")
+    (too_slow,) = check(experiment, {"time": [{"x": "SAC+HER", "y": "PPO", "at_most": 1.5}]}, 0.5)
+    assert not too_slow.holds
 
 
 def test_claims_reject_unknown_variants_and_keys(experiment_dir):
     _, runs = experiment_dir
     experiment = load_experiment("demo", runs)
     with pytest.raises(ExperimentError, match="unknown variants \\['DQN'\\]"):
-        check(experiment, {"order": ["DQN", "PPO"]}, 0.5)
-    with pytest.raises(ExperimentError, match="unknown keys \\['ordr'\\]"):
-        check(experiment, {"ordr": ["SAC+HER", "PPO"]}, 0.5)
+        check(experiment, {"better": [{"x": "DQN", "y": "PPO", "at_least": 0.6}]}, 0.5)
+    with pytest.raises(ExperimentError, match="unknown keys \\['order'\\]"):
+        check(experiment, {"order": ["SAC+HER", "PPO"]}, 0.5)  # means-based orderings are gone
+    with pytest.raises(ExperimentError, match="at_least must be a number in \\[0.0, 1.0\\], got 1.5"):
+        check(experiment, {"better": [{"x": "SAC+HER", "y": "PPO", "at_least": 1.5}]}, 0.5)
+    with pytest.raises(ExperimentError, match="needs exactly the keys x, y and at_most"):
+        check(experiment, {"time": [{"x": "SAC+HER", "y": "PPO", "at_least": 2}]}, 0.5)
+
+
+def test_claims_are_validated_when_the_definitions_are_read():
+    """A misspelt variant in a claim fails the dry run, not the claims command after the training."""
+    definitions = {**DEFINITIONS, "experiments": {"demo": {**DEFINITIONS["experiments"]["demo"], "claims": {
+        "better": [{"x": "SAC+HER", "y": "PPOO", "at_least": 0.6}]}}}}  # fmt: skip
+    with pytest.raises(ExperimentError, match="claims name unknown variants \\['PPOO'\\]"):
+        expand(definitions, ["demo"], "results")
 
 
 def test_a_row_missing_its_trailing_fields_is_rejected(experiment_dir):

@@ -1,10 +1,12 @@
 """Training throughput of this tree against another git revision, side by side in one run.
 
     python -m sacglam_core.benchmarks.compare_revisions --baseline 96d29ca \
-        [--experiment mini --variant SAC-GLAM+HER --steps 1920 --repeats 3]
+        [--experiment mini --variant SAC-GLAM+HER --steps 1920 --repeats 3 --settings this|each]
 
 The run configuration comes from this tree's experiment definitions (evaluation and checkpoints pushed
-past the end, one torch thread). The baseline is checked out in a temporary git worktree, and each
+past the end, one torch thread); with `--settings each`, each tree trains its own definition of the
+variant (the experiment as that revision ran it: settings and code together), and the metrics are not
+compared. The baseline is checked out in a temporary git worktree, and each
 repeat trains the same configuration with both trees at once, one process per core, so that both see
 the same machine. It prints each tree's training throughput (environment steps per second of the run,
 acting and updates, as the trainer reports it), their ratio, and whether the two runs' non-timing
@@ -32,9 +34,9 @@ from sacglam_core.pipeline.experiments import expand, load_definitions
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_config(experiment: str, variant: str, steps: int, models: str, threads: int) -> dict:
+def run_config(experiment: str, variant: str, steps: int, models: str, threads: int, tree: Path = ROOT) -> dict:
     runs = expand(
-        load_definitions(ROOT / "workflow/config/experiments.yaml"), [experiment], "unused", {"models": models}
+        load_definitions(tree / "workflow/config/experiments.yaml"), [experiment], "unused", {"models": models}
     )
     matching = [r for r in runs if r.variant == variant]
     if not matching:
@@ -73,12 +75,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1920)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--models", default=str(ROOT / "resources/models"))
+    parser.add_argument("--settings", choices=("this", "each"), default="this", help="whose experiment definitions")
     add_threads_argument(parser)
     args = parser.parse_args()
-    settings = run_config(args.experiment, args.variant, args.steps, str(Path(args.models).resolve()), args.threads)
+    models = str(Path(args.models).resolve())
     print(
         f"{args.experiment} / {args.variant}, {args.steps} steps, {args.threads} torch thread(s) per run, "
-        f"both runs at once; baseline {args.baseline}"
+        f"both runs at once; baseline {args.baseline}; settings of "
+        f"{'each tree' if args.settings == 'each' else 'this tree'}"
     )
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -86,11 +90,21 @@ def main() -> None:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(baseline), args.baseline],
                        check=True, capture_output=True)  # fmt: skip
         try:
-            config = tmp / "run.yaml"
-            config.write_text(yaml.safe_dump(settings))
+            trees = {"baseline": baseline, "this tree": ROOT}
+            configs = {}
+            for name, tree in trees.items():
+                settings = run_config(
+                    args.experiment,
+                    args.variant,
+                    args.steps,
+                    models,
+                    args.threads,
+                    tree if args.settings == "each" else ROOT,
+                )
+                configs[name] = tmp / f"{name.replace(' ', '-')}.yaml"
+                configs[name].write_text(yaml.safe_dump(settings))
             ratios = []
             for repeat in range(args.repeats):
-                trees = {"baseline": baseline, "this tree": ROOT}
                 processes = {}
                 for name, tree in trees.items():
                     out = tmp / f"{name.replace(' ', '-')}-{repeat}"
@@ -100,7 +114,7 @@ def main() -> None:
                         "-m",
                         "sacglam_core.train",
                         "--config",
-                        str(config),
+                        str(configs[name]),
                         "--output-dir",
                         str(out),
                     ]
@@ -117,10 +131,13 @@ def main() -> None:
                     rates[name] = float(tables[name][-1]["env_steps_per_s"])
                 ratio = rates["this tree"] / rates["baseline"]
                 ratios.append(ratio)
-                difference = largest_difference(tables["this tree"], tables["baseline"])
+                agreement = "metrics not compared (different settings)"
+                if args.settings == "this":
+                    difference = largest_difference(tables["this tree"], tables["baseline"])
+                    agreement = f"largest relative difference of the metrics {difference:.1e}"
                 print(
                     f"  repeat {repeat + 1}: baseline {rates['baseline']:.2f}, this tree {rates['this tree']:.2f} "
-                    f"env steps/s: x{ratio:.2f}; largest relative difference of the metrics {difference:.1e}",
+                    f"env steps/s: x{ratio:.2f}; {agreement}",
                     flush=True,
                 )
             print(f"median ratio x{statistics.median(ratios):.2f} over {len(ratios)} repeats")

@@ -156,6 +156,7 @@ def per_run(experiment: Experiment) -> pd.DataFrame:
             "env_steps_per_s": float(summary.get("env_steps", steps[-1]) / max(hours * 3600, 1e-9)),
             "gpu_hours": float(summary.get("gpus", 0) * hours),
             "wall_hours": float(hours),
+            "train_hours": float(summary.get("train_seconds", last.get("train_seconds", np.nan))) / 3600,
         }
         for column in GOAL_TYPE_COLUMNS.values():
             row[column.removeprefix("eval_")] = float(last[column]) if column in run.columns else np.nan

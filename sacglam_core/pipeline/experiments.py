@@ -114,6 +114,76 @@ def check_figures(name: str, spec: dict, variants: list[str]) -> None:
                 )
 
 
+# -- claims ------------------------------------------------------------------------------------------------
+# An experiment's `claims:`, checked by `python -m sacglam_core.pipeline.claims <experiment>`:
+#   learns: [PPO-GLAM, SAC-GLAM]  # final success above the random policy's by `margin` (default 0.15)
+#   better: [{x: SAC-GLAM, y: PPO-GLAM, at_least: 0.6}]  # P(x's AUC > y's) over seed pairs >= at_least
+#   time: [{x: SAC-GLAM+HER, y: PPO-GLAM, at_most: 2.0}]  # x's mean training time / y's <= at_most
+# Read with the definitions, so a misspelt variant or threshold fails before any training.
+CLAIM_KEYS = {"learns", "margin", "better", "time"}
+
+
+@dataclass(frozen=True)
+class Better:
+    x: str
+    y: str
+    at_least: float
+
+
+@dataclass(frozen=True)
+class TimeRatio:
+    x: str
+    y: str
+    at_most: float
+
+
+@dataclass(frozen=True)
+class Claims:
+    learns: tuple[str, ...] = ()
+    margin: float = 0.15
+    better: tuple[Better, ...] = ()
+    time: tuple[TimeRatio, ...] = ()
+
+
+def _pairs(where: str, raw, threshold: str, low: float, high: float) -> list[tuple[str, str, float]]:
+    if not isinstance(raw, list):
+        raise ExperimentError(f"{where} must be a list of {{x, y, {threshold}}} mappings")
+    pairs = []
+    for entry in raw:
+        if not isinstance(entry, dict) or set(entry) != {"x", "y", threshold}:
+            raise ExperimentError(f"{where}: each entry needs exactly the keys x, y and {threshold}, got {entry!r}")
+        value = entry[threshold]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+            raise ExperimentError(f"{where}: {threshold} must be a number in [{low}, {high}], got {value!r}")
+        pairs.append((str(entry["x"]), str(entry["y"]), float(value)))
+    return pairs
+
+
+def parse_claims(experiment: str, raw, variants: list[str]) -> Claims:
+    """The experiment's claims, validated against its variants; no claims is an empty `Claims`."""
+    where = f"experiment {experiment!r}, claims"
+    if raw is None:
+        return Claims()
+    if not isinstance(raw, dict):
+        raise ExperimentError(f"{where} must be a mapping with keys {sorted(CLAIM_KEYS)}")
+    stray = set(raw) - CLAIM_KEYS
+    if stray:
+        raise ExperimentError(f"{where}: unknown keys {sorted(stray)}; allowed: {sorted(CLAIM_KEYS)}")
+    learns = raw.get("learns") or []
+    if not isinstance(learns, list):
+        raise ExperimentError(f"{where}: learns must be a list of variants")
+    margin = raw.get("margin", 0.15)
+    if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin <= 1:
+        raise ExperimentError(f"{where}: margin must be a number in [0, 1], got {margin!r}")
+    better = [Better(*p) for p in _pairs(f"{where}, better", raw.get("better") or [], "at_least", 0.0, 1.0)]
+    time = [TimeRatio(*p) for p in _pairs(f"{where}, time", raw.get("time") or [], "at_most", 0.0, 1e6)]
+    named = [*learns, *(c.x for c in [*better, *time]), *(c.y for c in [*better, *time])]
+    unknown = sorted({str(v) for v in named if v not in variants})
+    if unknown:
+        raise ExperimentError(f"{where} name unknown variants {unknown}; the experiment's variants: {variants}")
+    return Claims(tuple(map(str, learns)), float(margin), tuple(better), tuple(time))
+
+
 def expand(
     definitions: dict, names: list[str], results: str | Path, substitutions: dict[str, str] | None = None
 ) -> list[Run]:
@@ -136,6 +206,7 @@ def expand(
             raise ExperimentError(f"experiment {name!r}: seeds {seeds} repeat a seed")
         variants = _variants(name, spec)
         check_figures(name, spec, list(variants))
+        parse_claims(name, spec.get("claims"), list(variants))
         for label, variant in variants.items():
             settings = _substitute(merge(base, variant), substitutions or {})
             directory = Path(results) / name / f"{_slug(label)}-{settings_hash(settings)}"

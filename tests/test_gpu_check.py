@@ -1,0 +1,28 @@
+"""The one-command GPU check, its logic run on this CPU with the tiny T5 (slow: run with `pytest -m slow`)."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_gpu_check_trains_both_algorithms_in_both_dtypes_on_a_cpu(tiny_models):
+    # 520 steps: one PPO update (512 steps per rank) and 2 SAC updates every 8 steps, with LoRA and 4-bit.
+    command = [sys.executable, "-m", "sacglam_core.benchmarks.gpu_check", "--device", "cpu", "--steps", "520"]
+    result = subprocess.run(
+        [*command, "--model", str(tiny_models["tiny-t5"])], cwd=ROOT, capture_output=True, text=True, timeout=1500
+    )
+    out = result.stdout
+    assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
+    assert "1 CPU thread(s)" in out and "dtype auto picks float32; also checked: bfloat16" in out
+    rows = re.findall(
+        r"^\| (SAC-GLAM\+HER|PPO-GLAM) \| ([\d.]+) \| ([\d.]+) \| .*\| LoRA trained, losses finite \|$", out, re.M
+    )
+    assert [r[0] for r in rows] == ["SAC-GLAM+HER", "PPO-GLAM"] * 2  # both variants, in both dtypes
+    assert all(float(steps_per_s) > 0 and float(updates_per_s) > 0 for _, steps_per_s, updates_per_s in rows)
+    assert out.count("prompts/s") == 2 and out.rstrip().endswith("all checks passed")
