@@ -20,6 +20,9 @@ with a global batch of 256 (64 per rank); PPO collects 2,048 steps and runs 16 e
   actor        SAC's actor and alpha updates; PPO's 16 epochs and the pass that prepares them
   evaluation   one evaluation round's policy passes (the random policy's episodes) spread over 10,000 steps
 "before" is SAC's update as it was before its passes were shared and skipped (benchmarks/sac_reference.py).
+Each critic input and weights option is counted with a target LM copy (the paper's soft-updated target);
+"no target LM" is the one-pass critic as the main job runs it (`target_lm: false`): Q and its target are
+read from the policy's own passes, the target through the soft-updated MLP head only.
 
 Memory per rank is estimated, not measured (no GPU here): 4-bit base weights (nf4 with double
 quantization: 4.127 bits a weight), trainable weights, gradients and Adam's moments in fp32, and the
@@ -70,6 +73,7 @@ NF4_BITS = 4.127  # 4-bit weights with double-quantized absmax constants (QLoRA)
 CRITIC_INPUTS = ("obs_action", "obs", "decoded_action")
 CRITIC_WEIGHTS = ("shared", "shared_frozen", "separate")
 PAPER_CRITIC = ("obs_action", "shared")
+ONE_PASS_CRITIC = ("decoded_action", "shared", False)  # Q and its target read from the policy's own passes
 
 
 @contextmanager
@@ -365,10 +369,13 @@ def main() -> None:
     critics = [PAPER_CRITIC, ("decoded_action", "shared")] if args.quick else [
         (i, w) for i in CRITIC_INPUTS for w in CRITIC_WEIGHTS
     ]  # fmt: skip
+    critics = [(i, w, True) for i, w in critics] + [ONE_PASS_CRITIC]
     for her in (False, True):
-        for critic_input, weights in critics:
+        for critic_input, weights, target_lm in critics:
             label = f"{'SAC-GLAM+HER' if her else 'SAC-GLAM'} / {critic_input}, {weights}"
-            settings.append((label, paper_config("sac", her, CriticConfig(input=critic_input, weights=weights))))
+            label += "" if target_lm else ", no target LM"
+            critic = CriticConfig(input=critic_input, weights=weights, target_lm=target_lm)
+            settings.append((label, paper_config("sac", her, critic)))
     with masks_without_values():
         for label, config in settings:
             cost = step_cost(counting_agent(config), config, play, RANKS, args.batches)
