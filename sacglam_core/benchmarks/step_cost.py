@@ -272,7 +272,9 @@ def ppo_costs(agent: GlamAgent, config: RunConfig, play: Play, ranks: int) -> Co
             n = len(episode.candidates[t])
             log_probs = np.full(n, -np.log(n), dtype=np.float32)
             prompt = agent.tokens.join(goal, episode.observations[t].tolist())
-            data.append(Transition(prompt, episode.candidates[t], episode.actions[t], -np.log(n), log_probs, 0.0, 0.0))
+            data.append(
+                Transition(prompt, episode.candidates[t], episode.actions[t], -np.log(n), log_probs, 0.0, 0.0, 0.0)
+            )
 
     def prepare():
         with torch.no_grad():
