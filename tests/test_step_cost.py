@@ -1,0 +1,29 @@
+"""The FLOP and memory accounting at the Flan-T5-base shape runs end to end (slow: run with `pytest -m slow`)."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_step_cost_prints_every_part_for_each_algorithm():
+    command = [sys.executable, "-m", "sacglam_core.benchmarks.step_cost", "--quick", "--batches", "1", "--steps", "40"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, result.stderr[-3000:]
+    number = r"\s+([\d.]+)"
+    pattern = r"^((?:PPO|SAC)[^\d]+?)" + number * 5
+    rows = {m[0].strip(): m[1:] for m in re.findall(pattern, result.stdout, re.M)}
+    assert {
+        "PPO-GLAM",
+        "SAC-GLAM+HER / obs_action, shared",
+        "SAC-GLAM+HER / decoded_action, shared, no target LM",
+    } <= set(rows)
+    acting, critic, actor, evaluation, total = map(float, rows["SAC-GLAM+HER / obs_action, shared"])
+    assert min(acting, critic, actor, evaluation) > 0 and abs(acting + critic + actor + evaluation - total) < 0.2
+    assert float(rows["PPO-GLAM"][1]) == 0.0  # PPO has no critic update
+    assert "the paper: 80 GPU-hours per 400K-step seed" in result.stdout
