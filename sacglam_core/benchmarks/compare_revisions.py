@@ -35,9 +35,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_config(experiment: str, variant: str, steps: int, models: str, threads: int, tree: Path = ROOT) -> dict:
-    runs = expand(
-        load_definitions(tree / "workflow/config/experiments.yaml"), [experiment], "unused", {"models": models}
-    )
+    definitions = load_definitions(tree / "workflow/config/experiments.yaml")
+    for spec in definitions["experiments"].values():
+        spec.pop("claims", None)  # an older revision's claims may follow an older schema; runs do not read them
+    runs = expand(definitions, [experiment], "unused", {"models": models})
     matching = [r for r in runs if r.variant == variant]
     if not matching:
         raise SystemExit(f"error: {experiment!r} has no variant {variant!r}: {sorted({r.variant for r in runs})}")
