@@ -139,7 +139,7 @@ def paper_config(algorithm: str, her: bool, critic: CriticConfig | None = None) 
         "sac": {"batch_size": 256 // RANKS},
     }
     if critic is not None:
-        settings["sac"]["critic"] = {"input": critic.input, "weights": critic.weights}
+        settings["sac"]["critic"] = {"input": critic.input, "weights": critic.weights, "target_lm": critic.target_lm}
     return parse_config(settings)
 
 
