@@ -26,4 +26,6 @@ def test_step_cost_prints_every_part_for_each_algorithm():
     acting, critic, actor, evaluation, total = map(float, rows["SAC-GLAM+HER / obs_action, shared"])
     assert min(acting, critic, actor, evaluation) > 0 and abs(acting + critic + actor + evaluation - total) < 0.2
     assert float(rows["PPO-GLAM"][1]) == 0.0  # PPO has no critic update
+    one_pass, with_target_lm = (rows[f"SAC-GLAM+HER / decoded_action, shared{x}"] for x in (", no target LM", ""))
+    assert float(one_pass[1]) < float(with_target_lm[1])  # its target is read from the policy's pass
     assert "the paper: 80 GPU-hours per 400K-step seed" in result.stdout
