@@ -5,6 +5,8 @@ detach, one driver per results folder, one squeue for all waiting runs; the trai
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -301,3 +303,17 @@ def test_a_finished_run_is_never_requeued_at_the_time_limit(tmp_path, monkeypatc
     monkeypatch.setenv("SLURM_PROCID", "0")
     monkeypatch.setattr(launch.subprocess, "Popen", None)  # no trainer may start
     assert job() == {"env_steps": 1024}
+
+
+def test_a_finished_trainer_still_exiting_gets_no_time_limit_signal(tmp_path, monkeypatch):
+    """Once done.json exists the trainer is only exiting, and Python's shutdown restores the default handlers:
+    SIGUSR2 then would kill it (-12, seen on the real cluster under load). The job waits for its exit instead."""
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    (tmp_path / "done.json").write_text('{"env_steps": 1024}')
+    job = launch.TrainingJob(str(tmp_path), launch.TrainerCommand("run.yaml", str(tmp_path)))
+    # a process with default signal dispositions that is still exiting
+    job._process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"])
+    assert job.checkpoint() is None
+    assert json.loads((tmp_path / "attempts.jsonl").read_text())["exit_status"] == 0

@@ -145,8 +145,12 @@ class TrainingJob(submitit.helpers.Checkpointable):
     def checkpoint(self, *args, **kwargs):
         """Called by submitit on rank 0 at the time limit: have the trainer checkpoint, then requeue; unless
         the run finished meanwhile (its done.json exists): then None, and submitit ends the job."""
+        done = Path(self.run_dir) / "done.json"
         if self._process is not None and self._process.returncode is None:
-            self._process.send_signal(signal.SIGUSR2)  # all ranks stop together at the next step
+            # A finished trainer (done.json written) is only exiting, and Python's shutdown restores the default
+            # handlers: a signal then would kill it. It is waited for instead.
+            if not done.exists():
+                self._process.send_signal(signal.SIGUSR2)  # all ranks stop together at the next step
             # Not Popen.wait(): this runs in a signal handler that interrupted Popen.wait() in __call__,
             # which holds the (non-reentrant) lock that wait() takes.
             try:
@@ -155,7 +159,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
                 record_attempt(Path(self.run_dir), job.job_id, job.num_tasks, os.waitstatus_to_exitcode(status))
             except ChildProcessError:
                 pass  # already reaped
-        if (Path(self.run_dir) / "done.json").exists():
+        if done.exists():
             return None  # finished is final: never requeue a finished run
         return submitit.helpers.DelayedSubmission(self)
 
