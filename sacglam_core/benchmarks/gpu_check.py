@@ -1,7 +1,7 @@
 """A one-command check of a CUDA machine at the paper's scale, in under 10 minutes.
 
     python -m sacglam_core.benchmarks.gpu_check [--steps 2000]
-    python -m sacglam_core.benchmarks.gpu_check --device cpu --model resources/models/tiny-t5 --steps 64
+    python -m sacglam_core.benchmarks.gpu_check --device cpu --model resources/models/tiny-t5 --steps 64 --small
 
 On a Flan-T5-base-shaped model (random weights, built here: no Hub) with LoRA and 4-bit weights, in the
 dtype that `model.dtype: auto` picks for this GPU and in the other half-precision dtype:
@@ -11,7 +11,8 @@ dtype that `model.dtype: auto` picks for this GPU and in the other half-precisio
   evaluation and checkpoints off: environment steps/s, updates/s, peak GPU memory, and the achieved
   TFLOP/s, from the FLOPs that benchmarks/step_cost.py counts for the same settings;
 - that the LoRA weights changed and every loss is finite (exit status 1 if not).
-`--device cpu` runs the same logic on a CPU, with a tiny model, for tests.
+`--device cpu` runs the same logic on a CPU, with a tiny model, for tests; `--small` shrinks PPO's rollout
+to 64 steps of 2 epochs there (4-bit weights compute slowly on a CPU).
 """
 
 from __future__ import annotations
@@ -50,13 +51,17 @@ PER_RANK = {  # the paper's run (Tables 1-3, 32 environments, global batch 256) 
     },
     "PPO-GLAM": {"algorithm": "ppo", "ppo": {"rollout_steps": 512, "epochs": 16, "minibatch_size": 64}},
 }
+SMALL = {"ppo": {"rollout_steps": 64, "epochs": 2, "minibatch_size": 32}}  # --small: PPO updates within 64 steps
 LOSSES = ("critic_loss", "actor_loss", "policy_loss", "value_loss")
 
 
-def run_config(variant: str, model: Path, device: str, dtype: str, steps: int, out: Path) -> RunConfig:
+def run_config(
+    variant: str, model: Path, device: str, dtype: str, steps: int, out: Path, small: bool = False
+) -> RunConfig:
     return parse_config(
         {
             **PER_RANK[variant],
+            **(SMALL if small and variant == "PPO-GLAM" else {}),
             "model": {"name_or_path": str(model), "device": device, "dtype": dtype, "lora": {}, "load_in_4bit": True},
             "output_dir": str(out),
             "num_envs": 8,
@@ -124,6 +129,7 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--model", type=Path, help="a model folder (default: a Flan-T5-base-shaped one, built here)")
     parser.add_argument("--steps", type=int, default=2000, help="environment steps of each training run")
+    parser.add_argument("--small", action="store_true", help="PPO: 64-step rollouts of 2 epochs (CPU tests)")
     add_threads_argument(parser)
     args = parser.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -151,7 +157,8 @@ def main() -> int:
             print("| variant | env steps/s | updates/s | peak memory | achieved TFLOP/s | GFLOP/step | checks |")
             print("| --- | --- | --- | --- | --- | --- | --- |")
             for variant in PER_RANK:
-                config = run_config(variant, model, args.device, dtype, args.steps, Path(tmp) / f"{dtype}-{variant}")
+                out = Path(tmp) / f"{dtype}-{variant}"
+                config = run_config(variant, model, args.device, dtype, args.steps, out, args.small)
                 play = random_play(PromptTokens(load_tokenizer(config.model)), vector_steps=60, num_envs=8)
                 with masks_without_values():
                     cost = step_cost(counting_agent(config, hf_config), config, play, ranks=1, batches=2)
