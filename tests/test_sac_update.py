@@ -17,10 +17,14 @@ from sacglam_core.config import parse_config
 from sacglam_core.metrics import TIMING_COLUMNS
 from sacglam_core.trainer import Trainer
 
-CRITICS = {  # the one-pass critic reading the target from the policy's pass; the paper's critic; the mini's
+CRITICS = {  # the one-pass critic reading the target from the policy's pass; the paper's critic; the mini's (last)
     "decoded_action shared": ("tiny-causal", {"input": "decoded_action", "target_lm": False, "hidden_units": 32}),
     "obs_action shared": ("tiny-t5", {"input": "obs_action", "hidden_units": 32}),
     "decoded_action separate": ("tiny-causal", {"input": "decoded_action", "weights": "separate", "hidden_units": 32}),
+    "decoded_action separate, no target LM": (
+        "tiny-causal",
+        {"input": "decoded_action", "weights": "separate", "target_lm": False, "hidden_units": 32},
+    ),
 }
 
 
