@@ -119,6 +119,8 @@ for n in (1, 2):
     dist.barrier()
 shared, local = checkpointer.load_latest()
 print(shared["number"], local["number"])
+dist.barrier()  # neither rank may leave while the other's gloo threads still talk to it: that aborts (-6)
+dist.destroy_process_group()
 """
 
 
