@@ -15,8 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_gpu_check_trains_both_algorithms_in_both_dtypes_on_a_cpu(tiny_models):
     # 240 steps: 3 PPO updates of `--small`'s 64-step rollouts, SAC's 2 updates of 64 every 8 steps once the
     # buffer holds 64 transitions, its actor after the warm-up; LoRA and 4-bit weights.
-    command = [sys.executable, "-m", "sacglam_core.benchmarks.gpu_check", "--device", "cpu", "--steps", "240"]
-    command.append("--small")
+    command = [sys.executable, "-m", "sacglam_core.benchmarks.gpu_check", "--device=cpu", "--steps=240", "--small"]
     result = subprocess.run(
         [*command, "--model", str(tiny_models["tiny-t5"])], cwd=ROOT, capture_output=True, text=True, timeout=1500
     )
