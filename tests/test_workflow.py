@@ -195,6 +195,20 @@ def test_local_runs_claim_their_torch_threads_as_snakemake_cores(tmp_path, defin
     assert threads == {"PPO-GLAM": True, "SAC-GLAM": False, "SAC-GLAM+HER": False}
 
 
+def test_longest_runs_start_first(tmp_path, definitions):
+    """Snakemake starts the SAC runs (a step costs them more than PPO's) before the PPO runs, so that the short
+    runs fill the cores at the end instead of one long run finishing alone."""
+    result = snakemake("--profile", "profiles/local", "-n", "--config", *local_config(tmp_path, ["smoke"]))
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = [block for block in result.stdout.split("rule ")[1:] if block.startswith("train:")]
+    priority = {
+        re.search(r"variant=([^,]+)-[0-9a-f]{8}", b).group(1): float(re.search(r"priority: (\S+)", b).group(1))
+        for b in jobs
+    }
+    assert set(priority) == {"PPO-GLAM", "SAC-GLAM", "SAC-GLAM+HER"}
+    assert priority["PPO-GLAM"] < min(priority["SAC-GLAM"], priority["SAC-GLAM+HER"])
+
+
 def test_real_launch_refuses_a_plan_above_the_allocation(tmp_path):
     config = ["experiments=[main]", "budget={allocation_gpu_hours: 100}", f"results={tmp_path}"]
     result = snakemake("--profile", "profiles/slurm", "--config", *config)

@@ -81,6 +81,10 @@ class Calibration:
             source = "paper" if cost == 1.0 else f"paper, {algorithm} x{cost:g}"
         return self.paper.steps_per_gpu_hour / cost, source
 
+    def work(self, config: RunConfig) -> float:
+        """A run's length in units of the paper's step cost: its steps times its algorithm's relative cost."""
+        return config.total_steps * self.relative_cost.get(algorithm_key(config), 1.0)
+
 
 def load_calibration(table: str | Path, results: str | Path) -> Calibration:
     try:

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from sacglam_core.pipeline import staging
-from sacglam_core.pipeline.budget import write_calibration
+from sacglam_core.pipeline.budget import load_calibration, write_calibration
 from sacglam_core.pipeline.config import WorkflowConfigError, load_workflow_config
 from sacglam_core.pipeline.driver import Driver
 from sacglam_core.pipeline.experiments import ExperimentError, expand, load_definitions
@@ -19,7 +19,8 @@ try:
     DEFINITIONS = load_definitions(SETTINGS.experiment_file)
     RUNS = expand(DEFINITIONS, SETTINGS.experiments, Path(SETTINGS.results), {"models": SETTINGS.models})
     MODEL_INPUTS = {str(run.directory): staging.model_inputs(run.config.model, SETTINGS) for run in RUNS}
-except (WorkflowConfigError, ExperimentError) as error:
+    CALIBRATION = load_calibration(SETTINGS.budget.calibration, SETTINGS.results)
+except (WorkflowConfigError, ExperimentError, ValueError) as error:
     print(f"error: {error}", file=sys.stderr)
     sys.exit(2)
 RESULTS = Path(SETTINGS.results)
@@ -60,6 +61,12 @@ def train_threads(wildcards):
     if LAUNCHER.executor != "local":
         return 1
     return min(run_of(wildcards).config.threads or workflow.cores, workflow.cores)
+
+
+def train_priority(wildcards):
+    """Longest runs first: with more runs than cores, the short ones then fill the cores at the end instead of
+    one long run holding up the campaign alone (longest-processing-time scheduling)."""
+    return CALIBRATION.work(run_of(wildcards).config)
 
 
 def train_inputs(wildcards):

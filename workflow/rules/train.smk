@@ -11,6 +11,7 @@ rule train:
     log:
         RESULTS / "{experiment}" / "{variant}" / "seed{seed}" / "driver.log",
     threads: train_threads
+    priority: train_priority
     retries: LAUNCHER.retries
     wildcard_constraints:
         experiment="[^/]+",
