@@ -129,6 +129,9 @@ class SACConfig:
     warmup_steps: NonNegative = 0
     learning_starts: NonNegative = 0  # environment steps before the first update (and the buffer must hold a batch)
     actor_lr: Rate = 1e-4
+    # The actor's learning rate rises linearly from actor_lr / N to actor_lr over its first N updates after the
+    # warm-up (0: no ramp, the paper's), so that the policy does not follow a young critic at full speed.
+    actor_lr_ramp_updates: NonNegative = 0
     critic_lr: Rate = 1e-4
     gamma: Fraction = 0.99
     n_step: Positive = 3
@@ -227,9 +230,17 @@ class RunConfig:
 
     @property
     def fingerprint(self) -> str:
-        """A hash of everything that changes results (not where they are written)."""
+        """A hash of everything that changes results (not where they are written). A setting added after runs
+        existed counts only when it differs from its default, so that adding it never re-runs a finished run."""
         settings_ = {k: v for k, v in asdict(self).items() if k not in ("output_dir", "threads")}
+        for (section, key), default in ADDED_LATER.items():
+            if settings_[section][key] == default:
+                del settings_[section][key]
         return hashlib.sha256(json.dumps(settings_, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# Settings added after runs were made with this code, with the default that reproduces those runs.
+ADDED_LATER: dict[tuple[str, str], object] = {("sac", "actor_lr_ramp_updates"): 0}
 
 
 def coherence_problems(config: RunConfig) -> list[str]:

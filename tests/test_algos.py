@@ -100,6 +100,34 @@ def test_warmup_units(tiny_models, warmup, first_actor_cycle):
         assert ("actor" in calls) == (cycle >= first_actor_cycle), cycle
 
 
+def test_actor_learning_rate_ramps_up_after_the_warmup_and_resumes_where_it_was(tiny_models):
+    """With actor_lr_ramp_updates N the k-th actor update (from 1) steps at actor_lr * k / N, then at actor_lr;
+    the warm-up's critic-only updates do not count, and a checkpoint carries the ramp's position."""
+    algo = sac_on_tiny(
+        tiny_models["tiny-t5"], warmup_cycles=1, updates_per_cycle=1, actor_lr=1e-3, actor_lr_ramp_updates=4
+    )
+    lrs = []
+    step = algo._step
+
+    def record(optimizer, *args, **kwargs):
+        if optimizer is algo.actor_optimizer:
+            lrs.append(optimizer.param_groups[0]["lr"])
+        return step(optimizer, *args, **kwargs)
+
+    algo._step = record
+    for cycle in range(4):
+        algo.update(None, env_steps=10_000 * (cycle + 1))
+    assert lrs == pytest.approx([2.5e-4, 5e-4, 7.5e-4])  # cycle 0 is the warm-up
+    resumed = sac_on_tiny(
+        tiny_models["tiny-t5"], warmup_cycles=1, updates_per_cycle=1, actor_lr=1e-3, actor_lr_ramp_updates=4
+    )
+    resumed.load_state_dict(algo.state_dict())
+    algo.update(None, env_steps=50_000)
+    assert lrs[-1] == pytest.approx(1e-3)
+    assert resumed.actor_optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)
+    assert SACConfig().actor_lr_ramp_updates == 0  # the paper has no ramp
+
+
 def test_ppo_value_loss_is_clipped_around_the_rollouts_values(tiny_models):
     config = run_config(tiny_models["tiny-causal"], "ppo", ppo={"rollout_steps": 64, "minibatch_size": 64})
     torch.manual_seed(0)

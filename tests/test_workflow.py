@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from sacglam_core.config import dump_config
+from sacglam_core.config import dump_config, parse_config
 from sacglam_core.metrics import COLUMNS
 from sacglam_core.pipeline.config import WorkflowConfigError, load_workflow_config, parse_workflow_config, slurm_minutes
-from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load_definitions
+from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load_definitions, merge
 from sacglam_core.pipeline.outputs import expected_outputs
 from sacglam_core.pipeline.runstate import MARKER
 
@@ -193,6 +193,20 @@ def test_local_runs_claim_their_torch_threads_as_snakemake_cores(tmp_path, defin
     jobs = [block for block in result.stdout.split("rule ")[1:] if block.startswith("train:")]
     threads = {re.search(r"variant=([^,-]+(?:-GLAM)?(?:\+HER)?)", b).group(1): "threads: 2" in b for b in jobs}
     assert threads == {"PPO-GLAM": True, "SAC-GLAM": False, "SAC-GLAM+HER": False}
+
+
+def test_a_setting_added_at_its_default_keeps_every_runs_fingerprint():
+    """done.json and checkpoints record the configuration's fingerprint, and a run resumes only under the same
+    one: adding a setting (here sac.actor_lr_ramp_updates) must not change it. These are the mini's seed-0
+    fingerprints from before that setting existed."""
+    runs = expand(load_definitions(DEFINITIONS), ["mini"], Path("results"), {"models": "resources/models"})
+    assert {(run.directory.parent.name, run.config.fingerprint) for run in runs if run.config.seed == 0} == {
+        ("PPO-GLAM-550a4c6c", "ff17c16f14c9ae2c"),
+        ("SAC-GLAM-0d07ef18", "2216b5ec1600086d"),
+        ("SAC-GLAM+HER-5c9d7f18", "46cf6cd2448dde1d"),
+    }
+    ramped = [merge(yaml.safe_load(dump_config(run.config)), {"sac": {"actor_lr_ramp_updates": 10}}) for run in runs]
+    assert all(parse_config(r).fingerprint != run.config.fingerprint for r, run in zip(ramped, runs))
 
 
 def test_longest_runs_start_first(tmp_path, definitions):

@@ -67,6 +67,10 @@ class SAC:
         self.actor_params = agent.lm.parameters_of(DEFAULT)
         self.critic_params = list(agent.critic.head.parameters()) + agent.critic.trainable_lm_parameters(agent.lm)
         self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=self.cfg.actor_lr)
+        ramp = self.cfg.actor_lr_ramp_updates
+        self.actor_schedule = torch.optim.lr_scheduler.LambdaLR(
+            self.actor_optimizer, lambda step: min(1.0, (step + 1) / ramp) if ramp else 1.0
+        )
         self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=self.cfg.critic_lr)
         self.log_alpha = torch.tensor(math.log(self.cfg.alpha_init), device=agent.lm.device, requires_grad=True)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=self.cfg.alpha_lr)
@@ -183,6 +187,7 @@ class SAC:
             q_all = agent.q(current, policy_pass=policy_pass)
         loss = actor_loss(policy, q_all, alpha)
         self._step(self.actor_optimizer, self.actor_params, loss)
+        self.actor_schedule.step()
         self.stats.add(actor_loss=loss, entropy=policy.entropy().mean())
         if self.cfg.autotune_alpha:
             self._step(
@@ -212,6 +217,7 @@ class SAC:
     def state_dict(self) -> dict:
         return {
             "actor_optimizer": self.actor_optimizer.state_dict(),
+            "actor_schedule": self.actor_schedule.state_dict(),
             "critic_optimizer": self.critic_optimizer.state_dict(),
             "alpha_optimizer": self.alpha_optimizer.state_dict(),
             "log_alpha": self.log_alpha.detach().clone(),
@@ -221,6 +227,8 @@ class SAC:
 
     def load_state_dict(self, state: dict) -> None:
         self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        if "actor_schedule" in state:  # checkpoints from before the ramp existed have none (and no ramp)
+            self.actor_schedule.load_state_dict(state["actor_schedule"])
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
         with torch.no_grad():
