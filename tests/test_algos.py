@@ -103,9 +103,8 @@ def test_warmup_units(tiny_models, warmup, first_actor_cycle):
 def test_actor_learning_rate_ramps_up_after_the_warmup_and_resumes_where_it_was(tiny_models):
     """With actor_lr_ramp_updates N the k-th actor update (from 1) steps at actor_lr * k / N, then at actor_lr;
     the warm-up's critic-only updates do not count, and a checkpoint carries the ramp's position."""
-    algo = sac_on_tiny(
-        tiny_models["tiny-t5"], warmup_cycles=1, updates_per_cycle=1, actor_lr=1e-3, actor_lr_ramp_updates=4
-    )
+    ramped = {"warmup_cycles": 1, "updates_per_cycle": 1, "actor_lr": 1e-3, "actor_lr_ramp_updates": 4}
+    algo = sac_on_tiny(tiny_models["tiny-t5"], **ramped)
     lrs = []
     step = algo._step
 
@@ -118,9 +117,7 @@ def test_actor_learning_rate_ramps_up_after_the_warmup_and_resumes_where_it_was(
     for cycle in range(4):
         algo.update(None, env_steps=10_000 * (cycle + 1))
     assert lrs == pytest.approx([2.5e-4, 5e-4, 7.5e-4])  # cycle 0 is the warm-up
-    resumed = sac_on_tiny(
-        tiny_models["tiny-t5"], warmup_cycles=1, updates_per_cycle=1, actor_lr=1e-3, actor_lr_ramp_updates=4
-    )
+    resumed = sac_on_tiny(tiny_models["tiny-t5"], **ramped)
     resumed.load_state_dict(algo.state_dict())
     algo.update(None, env_steps=50_000)
     assert lrs[-1] == pytest.approx(1e-3)

@@ -28,6 +28,8 @@ class Plan:
         self.settings = settings
         self.by_directory = {str(run.directory): run for run in runs}
         self.cluster_file = settings_file(settings)
+        # Read once: it prices the plan and orders the runs (train's priority). ValueError for a bad table.
+        self.calibration = budgeting.load_calibration(settings.budget.calibration, settings.results)
         self._budget: budgeting.Budget | None = None
         self._announced = 0
 
@@ -45,7 +47,7 @@ class Plan:
                 runs,
                 gpus,
                 budget.gpu_name,
-                budgeting.load_calibration(budget.calibration, self.settings.results),
+                self.calibration,
                 budgeting.Limits(launcher.time_min, launcher.signal_delay_s, launcher.max_requeues),
                 self.settings.results,
                 queued=self._queued(runs),

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from sacglam_core.pipeline import staging
-from sacglam_core.pipeline.budget import load_calibration, write_calibration
+from sacglam_core.pipeline.budget import write_calibration
 from sacglam_core.pipeline.config import WorkflowConfigError, load_workflow_config
 from sacglam_core.pipeline.driver import Driver
 from sacglam_core.pipeline.experiments import ExperimentError, expand, load_definitions
@@ -19,7 +19,7 @@ try:
     DEFINITIONS = load_definitions(SETTINGS.experiment_file)
     RUNS = expand(DEFINITIONS, SETTINGS.experiments, Path(SETTINGS.results), {"models": SETTINGS.models})
     MODEL_INPUTS = {str(run.directory): staging.model_inputs(run.config.model, SETTINGS) for run in RUNS}
-    CALIBRATION = load_calibration(SETTINGS.budget.calibration, SETTINGS.results)
+    PLAN = Plan(SETTINGS, RUNS)
 except (WorkflowConfigError, ExperimentError, ValueError) as error:
     print(f"error: {error}", file=sys.stderr)
     sys.exit(2)
@@ -29,7 +29,6 @@ HF_CACHE = Path(SETTINGS.hf_cache)
 LAUNCHER = SETTINGS.launcher
 RUN_BY_DIR = {str(run.directory): run for run in RUNS}
 DRIVER = Driver(SETTINGS)
-PLAN = Plan(SETTINGS, RUNS)
 if workflow.is_main_process:
     logging.getLogger("snakemake.logging").addHandler(PlanListener(PLAN, workflow))
 
@@ -66,7 +65,7 @@ def train_threads(wildcards):
 def train_priority(wildcards):
     """Longest runs first: with more runs than cores, the short ones then fill the cores at the end instead of
     one long run holding up the campaign alone (longest-processing-time scheduling)."""
-    return CALIBRATION.work(run_of(wildcards).config)
+    return PLAN.calibration.work(run_of(wildcards).config)
 
 
 def train_inputs(wildcards):
