@@ -24,7 +24,9 @@ COLUMNS = [
     "actor_loss",
     "alpha",
     "entropy",
+    "target_policy_entropy",  # SAC: the entropy of softmax(Q / alpha), the policy the actor's loss pulls towards
     "mean_q",
+    "q_range",  # SAC: the mean over states of max - min of Q over the candidates
     "her_share",
     "policy_loss",
     "value_loss",

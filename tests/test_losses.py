@@ -8,7 +8,7 @@ import torch
 
 from sacglam_core.agent import CandidateDistribution
 from sacglam_core.algos.ppo import clipped_surrogate, gae, kl_penalised, ppo_objective, value_loss
-from sacglam_core.algos.sac import actor_loss, alpha_loss, critic_targets, soft_state_value
+from sacglam_core.algos.sac import actor_loss, alpha_loss, critic_targets, soft_state_value, target_statistics
 from sacglam_core.config import PPOConfig
 from sacglam_core.envs import GoalType
 from sacglam_core.replay import ReplayBuffer
@@ -55,6 +55,17 @@ def test_actor_loss_is_the_expectation_over_candidates():
     row0 = 0.5 * (alpha * math.log(0.5) - 1.0) + 0.5 * (alpha * math.log(0.5) - 0.0)
     row1 = 0.2 * (alpha * math.log(0.2)) + 0.3 * (alpha * math.log(0.3) - 1.0) + 0.5 * (alpha * math.log(0.5) - 2.0)
     torch.testing.assert_close(actor_loss(policy, q, alpha), torch.tensor((row0 + row1) / 2))
+
+
+def test_the_actors_target_is_the_boltzmann_policy_of_q_over_the_candidates_present():
+    policy = dist([[0.5, 0.5], [0.2, 0.3, 0.5]])  # the first state has two candidates: its third Q must not count
+    q = torch.tensor([[1.0, 0.0, 9.0], [0.0, 1.0, 2.0]])
+    stats = target_statistics(policy, q, 0.5)
+    p0 = torch.softmax(torch.tensor([2.0, 0.0]), 0)
+    p1 = torch.softmax(torch.tensor([0.0, 2.0, 4.0]), 0)
+    entropy = -((p0 * p0.log()).sum() + (p1 * p1.log()).sum()) / 2
+    torch.testing.assert_close(stats["target_policy_entropy"], entropy)
+    torch.testing.assert_close(stats["q_range"], torch.tensor((1.0 + 2.0) / 2))
 
 
 def test_actor_gradient_moves_probability_to_the_best_candidate():

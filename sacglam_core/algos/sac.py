@@ -44,6 +44,16 @@ def actor_loss(policy: CandidateDistribution, q: torch.Tensor, alpha: float | to
     return (policy.probs * (alpha * policy.log_probs - q)).sum(1).mean()
 
 
+def target_statistics(policy: CandidateDistribution, q: torch.Tensor, alpha: float | torch.Tensor) -> dict:
+    """What the actor's loss pulls the policy towards, softmax(Q / alpha) over each state's candidates: its
+    entropy (next to the policy's, it says whether the actor follows its target or overshoots it) and how
+    far apart the critic puts the candidates (max - min of Q)."""
+    absent = ~policy.mask
+    boltzmann = torch.distributions.Categorical(logits=(q / alpha).masked_fill(absent, -math.inf))
+    q_range = q.masked_fill(absent, -math.inf).amax(1) - q.masked_fill(absent, math.inf).amin(1)
+    return {"target_policy_entropy": boltzmann.entropy().mean(), "q_range": q_range.mean()}
+
+
 def alpha_loss(log_alpha: torch.Tensor, policy: CandidateDistribution, target_entropy: float) -> torch.Tensor:
     # Sign convention: the target entropy is given in nats as a positive amount of entropy (the paper's 0
     # and 0.01), as in discrete SAC (Christodoulou 2019). E[log pi] + H_target = H_target - H(pi), so
@@ -188,7 +198,7 @@ class SAC:
         loss = actor_loss(policy, q_all, alpha)
         self._step(self.actor_optimizer, self.actor_params, loss)
         self.actor_schedule.step()
-        self.stats.add(actor_loss=loss, entropy=policy.entropy().mean())
+        self.stats.add(actor_loss=loss, entropy=policy.entropy().mean(), **target_statistics(policy, q_all, alpha))
         if self.cfg.autotune_alpha:
             self._step(
                 self.alpha_optimizer,

@@ -1,13 +1,20 @@
 """What breaks the policy around the critic warm-up: short runs of an experiment's SAC variant, side by side.
 
     python -m sacglam_core.benchmarks.warmup_collapse [--experiment mini --variant SAC-GLAM+HER --steps 1280]
+    python -m sacglam_core.benchmarks.warmup_collapse --probes alpha --experiment mini_sparse --steps 1536 \\
+        --seeds 100 104 106 107
 
-Each probe is the variant with one change (critic learning rate, critic weights), trained for `--steps`
-and evaluated every 160 steps, two probes at a time (one torch thread each). It prints the evaluation
-success at every evaluation and the policy's entropy in its first actor updates (after the warm-up;
-the uniform policy's is about 1.9 nats). During the warm-up only the critic learns, so a policy that
-changes before it ends was changed by the critic's gradients through the LM it shares with the actor.
-Seed 100 by default: not one of the seeds the main job reports.
+Each probe is the variant with one change, trained for `--steps` on each seed and evaluated every
+`--every` steps, two runs at a time (one torch thread each). `--probes critic` changes the critic's
+learning rate and weights; `--probes alpha` the entropy coefficient's start and learning rate.
+
+For each run it prints the evaluation success at every evaluation, the policy's entropy in its first
+actor updates (after the warm-up; the uniform policy's is about 1.9 nats), and the lowest entropy after
+them next to the entropy of the policy the actor's loss pulls towards, softmax(Q / alpha) on the same
+states. During the warm-up only the critic learns, so a policy that changes before it ends was changed by
+the critic's gradients through the LM it shares with the actor. A policy far more peaked than its target
+was made so by the actor's own steps, not asked for by the critic. Seeds 100 and up by default: not the
+seeds the main job reports.
 """
 
 from __future__ import annotations
@@ -28,10 +35,20 @@ from sacglam_core.benchmarks.compare_revisions import ROOT, run_config
 from sacglam_core.pipeline.experiments import merge
 
 PROBES = {
-    "shared LM, critic lr 1e-3": {"sac": {"critic_lr": 1e-3, "critic": {"weights": "shared"}}},
-    "shared LM, critic lr 1e-4": {"sac": {"critic_lr": 1e-4, "critic": {"weights": "shared"}}},
-    "frozen LM, critic lr 1e-3": {"sac": {"critic_lr": 1e-3, "critic": {"weights": "shared_frozen"}}},
-    "separate LM, critic lr 1e-3": {"sac": {"critic_lr": 1e-3, "critic": {"weights": "separate", "target_lm": True}}},
+    "critic": {
+        "shared LM, critic lr 1e-3": {"sac": {"critic_lr": 1e-3, "critic": {"weights": "shared"}}},
+        "shared LM, critic lr 1e-4": {"sac": {"critic_lr": 1e-4, "critic": {"weights": "shared"}}},
+        "frozen LM, critic lr 1e-3": {"sac": {"critic_lr": 1e-3, "critic": {"weights": "shared_frozen"}}},
+        "separate LM, critic lr 1e-3": {
+            "sac": {"critic_lr": 1e-3, "critic": {"weights": "separate", "target_lm": True}}
+        },
+    },
+    "alpha": {
+        "alpha 0.05, lr 2e-3": {"sac": {"alpha_init": 0.05, "alpha_lr": 2e-3}},
+        "alpha 0.05, lr 2e-2": {"sac": {"alpha_init": 0.05, "alpha_lr": 2e-2}},
+        "alpha 0.05, lr 2e-2, target 0.8": {"sac": {"alpha_init": 0.05, "alpha_lr": 2e-2, "target_entropy": 0.8}},
+        "alpha 0.2, lr 2e-2": {"sac": {"alpha_init": 0.2, "alpha_lr": 2e-2}},
+    },
 }
 
 
@@ -47,29 +64,48 @@ def probe(settings: dict, out: Path, threads: int) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def summary(rows: list[dict[str, str]]) -> str:
+    """Success at every evaluation; the policy's entropy first and at its lowest, next to its target's."""
+    success = " ".join(f"{float(r['eval_success']):.2f}" for r in rows)
+    actor = [r for r in rows if r["entropy"] not in ("", None)]
+    if not actor:
+        return f"success {success}; no actor update"
+    lowest = min(actor, key=lambda r: float(r["entropy"]))
+    return (
+        f"success {success}; entropy first {float(actor[0]['entropy']):.2f} at step {actor[0]['env_steps']},"
+        f" lowest {float(lowest['entropy']):.2f} (its target's {float(lowest['target_policy_entropy']):.2f})"
+        f" at step {lowest['env_steps']}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--experiment", default="mini")
     parser.add_argument("--variant", default="SAC-GLAM+HER")
+    parser.add_argument("--probes", choices=sorted(PROBES), default="critic")
     parser.add_argument("--steps", type=int, default=1280)
-    parser.add_argument("--seed", type=int, default=100)
+    parser.add_argument("--every", type=int, default=160, help="environment steps between evaluations")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[100])
     parser.add_argument("--models", default=str(ROOT / "resources/models"))
     add_threads_argument(parser)
     args = parser.parse_args()
     base = run_config(args.experiment, args.variant, args.steps, str(Path(args.models).resolve()), args.threads)
-    base = merge(base, {"seed": args.seed, "eval": {"every_steps": 160}})
-    print(f"{args.experiment} / {args.variant}, seed {args.seed}, {args.steps} steps, {args.threads} torch thread(s)")
+    base = merge(base, {"eval": {"every_steps": args.every}})
+    print(
+        f"{args.experiment} / {args.variant}, seeds {' '.join(map(str, args.seeds))}, {args.steps} steps,"
+        f" evaluated every {args.every}, {args.threads} torch thread(s)"
+    )
+    probes = PROBES[args.probes]
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(2) as pool:
         jobs = {
-            name: pool.submit(probe, merge(base, change), Path(tmp) / str(i), args.threads)
-            for i, (name, change) in enumerate(PROBES.items())
+            (name, seed): pool.submit(
+                probe, merge(base, change | {"seed": seed}), Path(tmp) / f"{i}-{seed}", args.threads
+            )
+            for i, (name, change) in enumerate(probes.items())
+            for seed in args.seeds
         }
-        for name, job in jobs.items():
-            rows = job.result()
-            success = " ".join(f"{float(r['eval_success']):.2f}" for r in rows)
-            first_actor = next((r for r in rows if r["entropy"] not in ("", None)), None)
-            entropy = f"{float(first_actor['entropy']):.2f} at step {first_actor['env_steps']}" if first_actor else "-"
-            print(f"  {name:<30} success every 160 steps: {success}; entropy of the first actor updates {entropy}")
+        for (name, seed), job in jobs.items():
+            print(f"  {name:<32} seed {seed}: {summary(job.result())}", flush=True)
 
 
 if __name__ == "__main__":
