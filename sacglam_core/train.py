@@ -22,9 +22,12 @@ import sys
 import threading
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT)
+
+
 def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, lambda signum, frame: stop.set())
     parser = argparse.ArgumentParser(
         prog="python -m sacglam_core.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -57,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         shutdown()
+        # The run has ended (finished or checkpointed): the process is only exiting. CPython's shutdown resets
+        # Python-handled signals to their default action, so SLURM's USR2 (it signals every process of the step)
+        # arriving then would kill a finished trainer (-12). Ignored signals stay ignored through shutdown.
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

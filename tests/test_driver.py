@@ -317,3 +317,18 @@ def test_a_finished_trainer_still_exiting_gets_no_time_limit_signal(tmp_path, mo
     job._process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"])
     assert job.checkpoint() is None
     assert json.loads((tmp_path / "attempts.jsonl").read_text())["exit_status"] == 0
+
+
+def test_a_trainer_killed_after_it_finished_still_ends_its_job_as_finished(tmp_path, monkeypatch):
+    """Whatever ends the trainer after done.json is written (a signal while it exits), the run is finished: the
+    job returns its summary instead of failing, and the attempt records how the process ended."""
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    script = f"import os, signal, pathlib; pathlib.Path({str(tmp_path / 'done.json')!r}).write_text('{{}}'); "
+    script += "os.kill(os.getpid(), signal.SIGUSR2)"
+    monkeypatch.setattr(launch.TrainerCommand, "process", lambda self, extra=None: (
+        [sys.executable, "-c", script], dict(os.environ)))  # fmt: skip
+    job = launch.TrainingJob(str(tmp_path), launch.TrainerCommand("run.yaml", str(tmp_path)))
+    assert job() == {}
+    assert json.loads((tmp_path / "attempts.jsonl").read_text())["exit_status"] == -signal.SIGUSR2

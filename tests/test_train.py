@@ -429,3 +429,19 @@ def test_two_ranks_on_gloo_stay_in_sync(tmp_path, tiny_models, settings):
             for r in (0, 1)
         ]
         assert [b["buffer"]["size"] for b in buffers] == [33, 32]  # full: each rank added far more than its share
+
+
+
+def test_a_trainer_that_has_ended_ignores_slurms_signals_while_it_exits(reference):
+    """SLURM signals every process of the step at the time limit, the trainer too, which may be exiting after its
+    last step. CPython's shutdown resets Python-handled signals to their default action, so a USR2 then killed a
+    finished trainer (-12) and its attempt was recorded as failed. Ignored signals stay ignored through shutdown."""
+    from sacglam_core.train import STOP_SIGNALS, main
+
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    try:
+        assert main(["--config", str(reference["sac_her"].parent / "run.yaml")]) == 0  # already finished
+        assert all(signal.getsignal(sig) is signal.SIG_IGN for sig in STOP_SIGNALS)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

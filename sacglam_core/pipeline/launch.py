@@ -128,7 +128,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
         status = self._process.wait()
         if job.global_rank == 0:
             record_attempt(Path(self.run_dir), job.job_id, job.num_tasks, status)
-        if status == 0:
+        if status == 0 or done.exists():  # finished is final, whatever ended the process after done.json
             return json.loads(done.read_text()) if job.global_rank == 0 else None
         if status == EXIT_PREEMPTED:  # preempted (SIGTERM) outside submitit's own USR2 path
             job_id = os.environ.get("SLURM_JOB_ID")
