@@ -21,7 +21,6 @@ import signal
 import sys
 import threading
 
-
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT)
 
 

@@ -431,7 +431,6 @@ def test_two_ranks_on_gloo_stay_in_sync(tmp_path, tiny_models, settings):
         assert [b["buffer"]["size"] for b in buffers] == [33, 32]  # full: each rank added far more than its share
 
 
-
 def test_a_trainer_that_has_ended_ignores_slurms_signals_while_it_exits(reference):
     """SLURM signals every process of the step at the time limit, the trainer too, which may be exiting after its
     last step. CPython's shutdown resets Python-handled signals to their default action, so a USR2 then killed a
