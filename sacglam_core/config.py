@@ -132,6 +132,10 @@ class SACConfig:
     # The actor's learning rate rises linearly from actor_lr / N to actor_lr over its first N updates after the
     # warm-up (0: no ramp, the paper's), so that the policy does not follow a young critic at full speed.
     actor_lr_ramp_updates: NonNegative = 0
+    # The actor's loss: "reverse_kl", the paper's E_pi[alpha log pi - Q], or "forward_kl", the cross-entropy from
+    # softmax(Q / alpha) to pi (MPO's weighted maximum likelihood). Both are minimised by that Boltzmann policy;
+    # the reverse one's gradient vanishes where pi is near one-hot, the forward one's does not.
+    actor_loss: Literal["reverse_kl", "forward_kl"] = "reverse_kl"
     critic_lr: Rate = 1e-4
     gamma: Fraction = 0.99
     n_step: Positive = 3
@@ -240,7 +244,10 @@ class RunConfig:
 
 
 # Settings added after runs were made with this code, with the default that reproduces those runs.
-ADDED_LATER: dict[tuple[str, str], object] = {("sac", "actor_lr_ramp_updates"): 0}
+ADDED_LATER: dict[tuple[str, str], object] = {
+    ("sac", "actor_lr_ramp_updates"): 0,
+    ("sac", "actor_loss"): "reverse_kl",
+}
 
 
 def coherence_problems(config: RunConfig) -> list[str]:

@@ -8,7 +8,7 @@ import torch
 
 from sacglam_core.agent import AgentConfig, GlamAgent
 from sacglam_core.algos.ppo import PPO, value_loss
-from sacglam_core.algos.sac import SAC
+from sacglam_core.algos.sac import ACTOR_LOSSES, SAC
 from sacglam_core.config import SACConfig, parse_config
 from sacglam_core.distributed import Ranks
 from sacglam_core.envs import VectorPlayground
@@ -123,6 +123,20 @@ def test_actor_learning_rate_ramps_up_after_the_warmup_and_resumes_where_it_was(
     assert lrs[-1] == pytest.approx(1e-3)
     assert resumed.actor_optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)
     assert SACConfig().actor_lr_ramp_updates == 0  # the paper has no ramp
+
+
+@pytest.mark.parametrize("name", ["reverse_kl", "forward_kl"])
+def test_the_configured_actor_loss_is_the_one_stepped_and_logged(tiny_models, monkeypatch, name):
+    losses, loss = [], ACTOR_LOSSES[name]
+
+    def spy(*args):
+        losses.append(loss(*args))
+        return losses[-1]
+
+    monkeypatch.setitem(ACTOR_LOSSES, name, spy)
+    algo = sac_on_tiny(tiny_models["tiny-t5"], warmup_cycles=0, updates_per_cycle=1, actor_loss=name)
+    algo.update(None, env_steps=10_000)
+    assert len(losses) == 1 and algo.pop_stats()["actor_loss"] == pytest.approx(losses[0].item())
 
 
 def test_ppo_value_loss_is_clipped_around_the_rollouts_values(tiny_models):

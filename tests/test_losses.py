@@ -8,7 +8,14 @@ import torch
 
 from sacglam_core.agent import CandidateDistribution
 from sacglam_core.algos.ppo import clipped_surrogate, gae, kl_penalised, ppo_objective, value_loss
-from sacglam_core.algos.sac import actor_loss, alpha_loss, critic_targets, soft_state_value, target_statistics
+from sacglam_core.algos.sac import (
+    actor_loss,
+    alpha_loss,
+    critic_targets,
+    forward_kl_actor_loss,
+    soft_state_value,
+    target_statistics,
+)
 from sacglam_core.config import PPOConfig
 from sacglam_core.envs import GoalType
 from sacglam_core.replay import ReplayBuffer
@@ -73,6 +80,25 @@ def test_actor_gradient_moves_probability_to_the_best_candidate():
     policy = CandidateDistribution(torch.log_softmax(logits, 1), torch.ones(1, 3, dtype=torch.bool))
     actor_loss(policy, torch.tensor([[0.0, 1.0, 0.0]]), 0.01).backward()
     assert logits.grad[0, 1] < 0 < logits.grad[0, 0]  # descent raises the best candidate
+
+
+def test_the_forward_kl_actor_loss_pulls_a_saturated_policy_back_where_the_papers_barely_moves_it():
+    """On logits z of a policy that is one-hot on a candidate the critic ranks only slightly above another, the
+    forward loss's gradient is pi - softmax(Q / alpha) (the third candidate is absent and gets none); the
+    reverse (paper's) loss's gradient, proportional to pi, is almost 0."""
+    q, alpha = torch.tensor([[1.0, 0.9, 5.0]]), 0.1
+    mask = torch.tensor([[True, True, False]])
+    gradients = {}
+    for loss in (actor_loss, forward_kl_actor_loss):
+        logits = torch.tensor([[12.0, 0.0, 0.0]], requires_grad=True)
+        log_probs = torch.log_softmax(logits.masked_fill(~mask, -math.inf), 1).masked_fill(~mask, 0.0)
+        loss(CandidateDistribution(log_probs, mask), q, alpha).backward()
+        gradients[loss] = logits.grad[0]
+    pi = torch.softmax(torch.tensor([12.0, 0.0]), 0)
+    target = torch.softmax(torch.tensor([10.0, 9.0]), 0)  # Q / alpha over the two candidates present
+    torch.testing.assert_close(gradients[forward_kl_actor_loss], torch.cat([pi - target, torch.zeros(1)]))
+    assert gradients[forward_kl_actor_loss][1] < -0.2  # raises the second candidate towards its 0.27
+    assert gradients[actor_loss].abs().max() < 1e-4
 
 
 @pytest.mark.parametrize("entropy_target, alpha_rises", [(2.0, True), (0.0, False)])

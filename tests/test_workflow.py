@@ -197,16 +197,17 @@ def test_local_runs_claim_their_torch_threads_as_snakemake_cores(tmp_path, defin
 
 def test_a_setting_added_at_its_default_keeps_every_runs_fingerprint():
     """done.json and checkpoints record the configuration's fingerprint, and a run resumes only under the same
-    one: adding a setting (here sac.actor_lr_ramp_updates) must not change it. These are the mini's seed-0
-    fingerprints as the code before that setting computes them."""
+    one: adding a setting (here sac.actor_lr_ramp_updates and sac.actor_loss) must not change it. These are the
+    mini's seed-0 fingerprints as the code before those settings computes them."""
     runs = expand(load_definitions(DEFINITIONS), ["mini"], Path("results"), {"models": "resources/models"})
     assert {(run.directory.parent.name, run.config.fingerprint) for run in runs if run.config.seed == 0} == {
         ("PPO-GLAM-481d8d05", "c9e7138ecdcf4c9f"),
         ("SAC-GLAM-607efcbe", "fff84b55115a5701"),
         ("SAC-GLAM+HER-244ce11f", "b28212449c20f21d"),
     }
-    ramped = [merge(yaml.safe_load(dump_config(run.config)), {"sac": {"actor_lr_ramp_updates": 10}}) for run in runs]
-    assert all(parse_config(r).fingerprint != run.config.fingerprint for r, run in zip(ramped, runs))
+    for change in ({"actor_lr_ramp_updates": 10}, {"actor_loss": "forward_kl"}):
+        changed = [merge(yaml.safe_load(dump_config(run.config)), {"sac": change}) for run in runs]
+        assert all(parse_config(c).fingerprint != run.config.fingerprint for c, run in zip(changed, runs))
 
 
 def test_longest_runs_start_first(tmp_path, definitions):

@@ -44,12 +44,27 @@ def actor_loss(policy: CandidateDistribution, q: torch.Tensor, alpha: float | to
     return (policy.probs * (alpha * policy.log_probs - q)).sum(1).mean()
 
 
+def boltzmann_policy(policy: CandidateDistribution, q: torch.Tensor, alpha: float | torch.Tensor) -> torch.Tensor:
+    """softmax(Q / alpha) over each state's candidates (0 on absent ones): the minimiser of both actor losses."""
+    return torch.softmax((q / alpha).masked_fill(~policy.mask, -math.inf), dim=1)
+
+
+def forward_kl_actor_loss(policy: CandidateDistribution, q: torch.Tensor, alpha: float | torch.Tensor) -> torch.Tensor:
+    """Cross-entropy from the Boltzmann policy of Q to pi (forward KL up to a constant). Its gradient on the
+    policy's logits is pi - softmax(Q / alpha), which does not vanish when pi is near one-hot."""
+    target = boltzmann_policy(policy, q, alpha).detach()
+    return -(target * policy.log_probs).sum(1).mean()
+
+
+ACTOR_LOSSES = {"reverse_kl": actor_loss, "forward_kl": forward_kl_actor_loss}
+
+
 def target_statistics(policy: CandidateDistribution, q: torch.Tensor, alpha: float | torch.Tensor) -> dict:
     """What the actor's loss pulls the policy towards, softmax(Q / alpha) over each state's candidates: its
     entropy (next to the policy's, it says whether the actor follows its target or overshoots it) and how
     far apart the critic puts the candidates (max - min of Q)."""
     absent = ~policy.mask
-    boltzmann = torch.distributions.Categorical(logits=(q / alpha).masked_fill(absent, -math.inf))
+    boltzmann = torch.distributions.Categorical(probs=boltzmann_policy(policy, q, alpha))
     q_range = q.masked_fill(absent, -math.inf).amax(1) - q.masked_fill(absent, math.inf).amin(1)
     return {"target_policy_entropy": boltzmann.entropy().mean(), "q_range": q_range.mean()}
 
@@ -195,7 +210,7 @@ class SAC:
         policy, policy_pass = agent.policy(current, hidden=agent.critic.reads_policy_pass())
         with torch.no_grad():  # the actor's loss must not train the critic
             q_all = agent.q(current, policy_pass=policy_pass)
-        loss = actor_loss(policy, q_all, alpha)
+        loss = ACTOR_LOSSES[self.cfg.actor_loss](policy, q_all, alpha)
         self._step(self.actor_optimizer, self.actor_params, loss)
         self.actor_schedule.step()
         self.stats.add(actor_loss=loss, entropy=policy.entropy().mean(), **target_statistics(policy, q_all, alpha))

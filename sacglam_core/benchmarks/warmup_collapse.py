@@ -6,7 +6,9 @@
 
 Each probe is the variant with one change, trained for `--steps` on each seed and evaluated every
 `--every` steps, two runs at a time (one torch thread each). `--probes critic` changes the critic's
-learning rate and weights; `--probes alpha` the entropy coefficient's start and learning rate.
+learning rate and weights; `--probes alpha` the entropy coefficient's start and learning rate; `--probes
+actor_loss` the actor's loss (the paper's reverse KL to softmax(Q / alpha), or the forward KL) at two of the
+coefficient's learning rates.
 
 For each run it prints the evaluation success at every evaluation, the policy's entropy in its first
 actor updates (after the warm-up; the uniform policy's is about 1.9 nats), and the lowest entropy after
@@ -48,6 +50,12 @@ PROBES = {
         "alpha 0.05, lr 2e-2": {"sac": {"alpha_init": 0.05, "alpha_lr": 2e-2}},
         "alpha 0.05, lr 2e-2, target 0.8": {"sac": {"alpha_init": 0.05, "alpha_lr": 2e-2, "target_entropy": 0.8}},
         "alpha 0.2, lr 2e-2": {"sac": {"alpha_init": 0.2, "alpha_lr": 2e-2}},
+    },
+    "actor_loss": {
+        "reverse KL (paper), alpha lr 2e-3": {"sac": {"actor_loss": "reverse_kl", "alpha_lr": 2e-3}},
+        "forward KL, alpha lr 2e-3": {"sac": {"actor_loss": "forward_kl", "alpha_lr": 2e-3}},
+        "reverse KL (paper), alpha lr 2e-2": {"sac": {"actor_loss": "reverse_kl", "alpha_lr": 2e-2}},
+        "forward KL, alpha lr 2e-2": {"sac": {"actor_loss": "forward_kl", "alpha_lr": 2e-2}},
     },
 }
 

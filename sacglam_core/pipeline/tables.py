@@ -40,6 +40,7 @@ SAC_TABLE = [  # paper Tables 2 and 3
     ("Critic learning rate", "sac.critic_lr"),
     ("Actor learning rate", "sac.actor_lr"),
     ("Actor learning-rate ramp (updates)", "sac.actor_lr_ramp_updates"),
+    ("Actor loss", "sac.actor_loss"),
     ("Entropy coefficient", "sac.autotune_alpha"),
     ("Entropy coefficient initialization", "sac.alpha_init"),
     ("Target entropy", "sac.target_entropy"),
