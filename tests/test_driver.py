@@ -54,6 +54,14 @@ class FakeSlurm:
         self.final[job_id] = state
 
 
+@pytest.fixture(autouse=True)
+def _restore_usr2():
+    """A job that has run its trainer ignores SIGUSR2 from then on (here: in pytest's process): restore it."""
+    previous = signal.getsignal(signal.SIGUSR2)
+    yield
+    signal.signal(signal.SIGUSR2, previous)
+
+
 @pytest.fixture
 def setup(tmp_path, monkeypatch):
     settings = parse_workflow_config(
@@ -332,3 +340,34 @@ def test_a_trainer_killed_after_it_finished_still_ends_its_job_as_finished(tmp_p
     job = launch.TrainingJob(str(tmp_path), launch.TrainerCommand("run.yaml", str(tmp_path)))
     assert job() == {}
     assert json.loads((tmp_path / "attempts.jsonl").read_text())["exit_status"] == -signal.SIGUSR2
+
+
+def test_the_time_limit_signal_as_a_finished_attempt_is_recorded_neither_loses_the_record_nor_fails_the_job(
+    tmp_path, monkeypatch
+):
+    """SLURM's USR2 can land once the trainer has exited, while the job records the attempt (CI lost the record
+    of a finished run this way: submitit's handler raised inside the job). The attempt is recorded and the job
+    returns the run's summary; the handler is submitit's own."""
+    from submitit.core.job_environment import SignalHandler
+    from submitit.core.utils import DelayedSubmission, JobPaths
+
+    for name, value in {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "9", "SLURM_NTASKS": "1", "SLURM_PROCID": "0",
+                        "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_JOB_NUM_NODES": "1",
+                        "SLURM_JOB_NODELIST": "localhost"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    script = f"import pathlib; pathlib.Path({str(tmp_path / 'done.json')!r}).write_text('{{\"env_steps\": 8}}')"
+    monkeypatch.setattr(launch.TrainerCommand, "process", lambda self, extra=None: (
+        [sys.executable, "-c", script], dict(os.environ)))  # fmt: skip
+    record = launch.record_attempt
+
+    def record_as_the_signal_lands(*args):
+        os.kill(os.getpid(), signal.SIGUSR2)
+        record(*args)
+
+    monkeypatch.setattr(launch, "record_attempt", record_as_the_signal_lands)
+    job = launch.TrainingJob(str(tmp_path), launch.TrainerCommand("run.yaml", str(tmp_path)))
+    delayed = DelayedSubmission(job)
+    handler = SignalHandler(launch.submitit.JobEnvironment(), JobPaths(tmp_path / "slurm", "9"), delayed)
+    signal.signal(signal.SIGUSR2, handler.checkpoint_and_try_requeue)
+    assert job() == {"env_steps": 8}
+    assert [json.loads(line)["exit_status"] for line in (tmp_path / "attempts.jsonl").read_text().splitlines()] == [0]

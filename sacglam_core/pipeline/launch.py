@@ -105,12 +105,13 @@ class TrainingJob(submitit.helpers.Checkpointable):
     def __init__(self, run_dir: str, command: TrainerCommand) -> None:
         self.run_dir, self.command = run_dir, command
         self._process: subprocess.Popen | None = None
+        self._reaper: threading.Thread | None = None
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_process"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_process", "_reaper")}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _process=None)
+        self.__dict__.update(state, _process=None, _reaper=None)
 
     def __call__(self) -> dict | None:
         job = submitit.JobEnvironment()
@@ -125,7 +126,11 @@ class TrainingJob(submitit.helpers.Checkpointable):
                      "LOCAL_RANK": str(distributed.local_rank)}  # fmt: skip
         argv, env = self.command.process(ranks)
         self._process = subprocess.Popen(argv, env=env, cwd=self.command.repository)
-        status = self._process.wait()
+        status = self._wait_for_trainer()
+        # The outcome is known: from here on the time-limit signal (USR2) is ignored, so that submitit's handler
+        # (it raises or exits) cuts short neither the attempt's record nor the decision below; the record would be
+        # lost and a finished run would end FAILED. The decision below requeues an unfinished run itself.
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
         if job.global_rank == 0:
             record_attempt(Path(self.run_dir), job.job_id, job.num_tasks, status)
         if status == 0 or done.exists():  # finished is final, whatever ended the process after done.json
@@ -142,23 +147,27 @@ class TrainingJob(submitit.helpers.Checkpointable):
             return None
         raise RuntimeError(f"trainer exited with status {status}; see the job's log in {self.run_dir}/slurm")
 
+    def _wait_for_trainer(self) -> int:
+        """The trainer's exit status. A thread reaps it, so that submitit's signal handler, which interrupts
+        this (main) thread anywhere, never finds the process reaped but its status not yet stored."""
+        if self._reaper is None:
+            self._reaper = threading.Thread(target=self._process.wait, daemon=True)
+            self._reaper.start()
+        while self._process.returncode is None:
+            time.sleep(0.05)
+        return self._process.returncode
+
     def checkpoint(self, *args, **kwargs):
         """Called by submitit on rank 0 at the time limit: have the trainer checkpoint, then requeue; unless
         the run finished meanwhile (its done.json exists): then None, and submitit ends the job."""
         done = Path(self.run_dir) / "done.json"
-        if self._process is not None and self._process.returncode is None:
+        if self._process is not None:
             # A finished trainer (done.json written) is only exiting, and Python's shutdown restores the default
             # handlers: a signal then would kill it. It is waited for instead.
-            if not done.exists():
+            if self._process.returncode is None and not done.exists():
                 self._process.send_signal(signal.SIGUSR2)  # all ranks stop together at the next step
-            # Not Popen.wait(): this runs in a signal handler that interrupted Popen.wait() in __call__,
-            # which holds the (non-reentrant) lock that wait() takes.
-            try:
-                _, status = os.waitpid(self._process.pid, 0)
-                job = submitit.JobEnvironment()
-                record_attempt(Path(self.run_dir), job.job_id, job.num_tasks, os.waitstatus_to_exitcode(status))
-            except ChildProcessError:
-                pass  # already reaped
+            job = submitit.JobEnvironment()
+            record_attempt(Path(self.run_dir), job.job_id, job.num_tasks, self._wait_for_trainer())
         if done.exists():
             return None  # finished is final: never requeue a finished run
         return submitit.helpers.DelayedSubmission(self)
