@@ -281,19 +281,29 @@ def test_the_gpu_index_works_whether_a_task_sees_all_gpus_or_one():
     assert [local_gpu(rank, 1) for rank in range(4)] == [0, 0, 0, 0]  # --gpus-per-task=1
 
 
-@pytest.mark.parametrize("state, requeued", [("RUNNING", True), ("CANCELLED", False), (None, False)])
-def test_a_cancelled_job_is_never_requeued(tmp_path, monkeypatch, state, requeued):
-    """After SIGTERM the trainer exits 75; rank 0 requeues the job unless SLURM cancelled it (scancel)."""
+def in_slurm_task(monkeypatch) -> None:
+    """This process becomes task 0 of a one-task SLURM job 9, as submitit reads it."""
     for name, value in {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "9", "SLURM_NTASKS": "1", "SLURM_PROCID": "0",
                         "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_JOB_NUM_NODES": "1",
                         "SLURM_JOB_NODELIST": "localhost"}.items():  # fmt: skip
         monkeypatch.setenv(name, value)
+
+
+def trainer_is(monkeypatch, script: str) -> None:
+    """The job's trainer becomes `python -c script`."""
+    monkeypatch.setattr(launch.TrainerCommand, "process", lambda self, extra=None: (
+        [sys.executable, "-c", script], dict(os.environ)))  # fmt: skip
+
+
+@pytest.mark.parametrize("state, requeued", [("RUNNING", True), ("CANCELLED", False), (None, False)])
+def test_a_cancelled_job_is_never_requeued(tmp_path, monkeypatch, state, requeued):
+    """After SIGTERM the trainer exits 75; rank 0 requeues the job unless SLURM cancelled it (scancel)."""
+    in_slurm_task(monkeypatch)
     calls = []
     monkeypatch.setattr(slurm, "state_of", lambda job_id: state)
     monkeypatch.setattr(launch.subprocess, "run", lambda args, **kw: calls.append(args))
     monkeypatch.setattr(launch.time, "sleep", lambda s: None)
-    monkeypatch.setattr(launch.TrainerCommand, "process", lambda self, extra=None: (
-        ["python", "-c", f"raise SystemExit({EXIT_PREEMPTED})"], dict(os.environ)))  # fmt: skip
+    trainer_is(monkeypatch, f"raise SystemExit({EXIT_PREEMPTED})")
     job = launch.TrainingJob(str(tmp_path), launch.TrainerCommand("run.yaml", str(tmp_path)))
     assert job() is None
     assert (calls == [["scontrol", "requeue", "9"]]) is requeued
@@ -307,8 +317,7 @@ def test_a_finished_run_is_never_requeued_at_the_time_limit(tmp_path, monkeypatc
     assert job.checkpoint() is not None  # unfinished: requeued, resumes from its checkpoint
     (tmp_path / "done.json").write_text('{"env_steps": 1024}')
     assert job.checkpoint() is None  # finished: submitit ends the job instead of requeuing it
-    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
-    monkeypatch.setenv("SLURM_PROCID", "0")
+    in_slurm_task(monkeypatch)
     monkeypatch.setattr(launch.subprocess, "Popen", None)  # no trainer may start
     assert job() == {"env_steps": 1024}
 
@@ -316,9 +325,7 @@ def test_a_finished_run_is_never_requeued_at_the_time_limit(tmp_path, monkeypatc
 def test_a_finished_trainer_still_exiting_gets_no_time_limit_signal(tmp_path, monkeypatch):
     """Once done.json exists the trainer is only exiting, and Python's shutdown restores the default handlers:
     SIGUSR2 then would kill it (-12, seen on the real cluster under load). The job waits for its exit instead."""
-    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
-    monkeypatch.setenv("SLURM_PROCID", "0")
-    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    in_slurm_task(monkeypatch)
     (tmp_path / "done.json").write_text('{"env_steps": 1024}')
     job = launch.TrainingJob(str(tmp_path), launch.TrainerCommand("run.yaml", str(tmp_path)))
     # a process with default signal dispositions that is still exiting
@@ -330,13 +337,10 @@ def test_a_finished_trainer_still_exiting_gets_no_time_limit_signal(tmp_path, mo
 def test_a_trainer_killed_after_it_finished_still_ends_its_job_as_finished(tmp_path, monkeypatch):
     """Whatever ends the trainer after done.json is written (a signal while it exits), the run is finished: the
     job returns its summary instead of failing, and the attempt records how the process ended."""
-    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
-    monkeypatch.setenv("SLURM_PROCID", "0")
-    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    in_slurm_task(monkeypatch)
     script = f"import os, signal, pathlib; pathlib.Path({str(tmp_path / 'done.json')!r}).write_text('{{}}'); "
     script += "os.kill(os.getpid(), signal.SIGUSR2)"
-    monkeypatch.setattr(launch.TrainerCommand, "process", lambda self, extra=None: (
-        [sys.executable, "-c", script], dict(os.environ)))  # fmt: skip
+    trainer_is(monkeypatch, script)
     job = launch.TrainingJob(str(tmp_path), launch.TrainerCommand("run.yaml", str(tmp_path)))
     assert job() == {}
     assert json.loads((tmp_path / "attempts.jsonl").read_text())["exit_status"] == -signal.SIGUSR2
@@ -351,13 +355,9 @@ def test_the_time_limit_signal_as_a_finished_attempt_is_recorded_neither_loses_t
     from submitit.core.job_environment import SignalHandler
     from submitit.core.utils import DelayedSubmission, JobPaths
 
-    for name, value in {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "9", "SLURM_NTASKS": "1", "SLURM_PROCID": "0",
-                        "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_JOB_NUM_NODES": "1",
-                        "SLURM_JOB_NODELIST": "localhost"}.items():  # fmt: skip
-        monkeypatch.setenv(name, value)
+    in_slurm_task(monkeypatch)
     script = f"import pathlib; pathlib.Path({str(tmp_path / 'done.json')!r}).write_text('{{\"env_steps\": 8}}')"
-    monkeypatch.setattr(launch.TrainerCommand, "process", lambda self, extra=None: (
-        [sys.executable, "-c", script], dict(os.environ)))  # fmt: skip
+    trainer_is(monkeypatch, script)
     record = launch.record_attempt
 
     def record_as_the_signal_lands(*args):
