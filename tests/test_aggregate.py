@@ -195,10 +195,11 @@ def test_main_runs_the_papers_settings_and_mini_shows_its_differences():
     mini = hyperparameters(paper_experiment("mini")).set_index(["table", "parameter"])
     sac = mini.loc["Table 2: SAC-GLAM"]
     differing = set(sac.index[sac[DIFFERS] == "SAC-GLAM"])
-    # the one-pass critic on an LM of its own without a target LM, gamma 0.9, target entropy 0.3, a smaller model
+    # the one-pass critic on an LM of its own without a target LM, the forward-KL actor loss, gamma 0.9, target
+    # entropy 0.3, a smaller model
     assert {"Critic input", "sac.critic.target_lm", "Discount factor", "Target entropy", "Batch size"} <= differing
     assert {"sac.critic.hidden_units", "Model", "LoRA rank", "Horizon", "Simplified (simple goals only)"} <= differing
-    assert {"Critic weights", "Critic learning rate"} <= differing and "Number of updates" not in differing
+    assert {"Critic weights", "Critic learning rate", "Actor loss"} <= differing and "Number of updates" not in differing
     assert sac.loc["Discount factor", "SAC-GLAM"] == 0.9 and sac.loc["Discount factor", "paper"] == 0.99
     assert "Update frequency" not in differing and "n-step" not in differing
 

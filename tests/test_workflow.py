@@ -198,8 +198,9 @@ def test_local_runs_claim_their_torch_threads_as_snakemake_cores(tmp_path, defin
 def test_a_setting_added_at_its_default_keeps_every_runs_fingerprint():
     """done.json and checkpoints record the configuration's fingerprint, and a run resumes only under the same
     one: adding a setting (here sac.actor_lr_ramp_updates and sac.actor_loss) must not change it. These are the
-    mini's seed-0 fingerprints as the code before those settings computes them."""
-    runs = expand(load_definitions(DEFINITIONS), ["mini"], Path("results"), {"models": "resources/models"})
+    seed-0 fingerprints of the main job as it was before those settings (now mini_paper_loss), as the code before
+    them computes them."""
+    runs = expand(load_definitions(DEFINITIONS), ["mini_paper_loss"], Path("results"), {"models": "resources/models"})
     assert {(run.directory.parent.name, run.config.fingerprint) for run in runs if run.config.seed == 0} == {
         ("PPO-GLAM-481d8d05", "c9e7138ecdcf4c9f"),
         ("SAC-GLAM-607efcbe", "fff84b55115a5701"),
