@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import platform
 import sys
 import threading
 import time
@@ -42,6 +43,16 @@ from sacglam_core.trajectories import EpisodeRecorder
 
 # What a checkpoint holds; 1 was before checkpoints carried the metrics rows and the thread count.
 CHECKPOINT_FORMAT = 2
+
+
+def cpu_name() -> str:
+    """The CPU's model name, from /proc/cpuinfo where there is one."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            names = [line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")]
+    except OSError:
+        names = []
+    return names[0] if names else platform.processor() or platform.machine()
 
 
 class RunDirectoryError(RuntimeError):
@@ -228,11 +239,13 @@ class Trainer:
         return True
 
     def _hardware(self) -> dict:
-        """GPUs used (for the GPU-hour calibration of the workflow's budget)."""
+        """GPUs used (for the GPU-hour calibration of the workflow's budget), and the CPU: another CPU type may
+        round float reductions differently, and through them the sampled actions."""
         device = self.agent.lm.device
+        cpu = {"cpu_name": cpu_name()}
         if device.type != "cuda":
-            return {"gpus": 0, "gpu_name": None}
-        return {"gpus": self.ranks.world, "gpu_name": torch.cuda.get_device_name(device)}
+            return {"gpus": 0, "gpu_name": None} | cpu
+        return {"gpus": self.ranks.world, "gpu_name": torch.cuda.get_device_name(device)} | cpu
 
     def _as_run(self) -> dict:
         """Settings resolved at run time (for the hyperparameter tables): compute dtype, LoRA's modules."""

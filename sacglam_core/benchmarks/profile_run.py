@@ -1,6 +1,6 @@
 """Where a training run's time goes: the run under cProfile, its self time grouped by component.
 
-    python -m sacglam_core.benchmarks.profile_run [--experiment mini --variant SAC-GLAM+HER] [--steps 2048]
+    python -m sacglam_core.benchmarks.profile_run [--experiment mini --variant SAC-GLAM+HER] [--steps 2048] [--ops 12]
 
 "model" is the time inside torch, transformers and peft (forward and backward passes, optimizer
 steps), with the tensor operations of the GLAM scorer, heads and losses; everything else (environment,
@@ -8,6 +8,10 @@ replay buffer and trajectories, token ids and batching, the agent's and algorith
 evaluation bookkeeping, logging and checkpoints) is overhead around the model. A builtin's time (a
 torch kernel called from Python, say) counts for the component of the function that called it.
 cProfile slows Python code more than torch kernels, so the overhead share it reports is an upper bound.
+
+`--ops N` then runs one more SAC update cycle on the run's replay buffer under torch.profiler and lists the N
+torch operators with the most self time: whether the LLM passes are bound by their matrix products or by what
+surrounds them (the key/value cache's copies, padding, small kernels).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import pstats
 import tempfile
 from collections import defaultdict
 from pathlib import Path
+
+import torch
 
 from sacglam_core.benchmarks import add_threads_argument, pin_threads
 from sacglam_core.config import parse_config
@@ -87,11 +93,14 @@ def main() -> None:
     parser.add_argument("--models", default="resources/models")
     parser.add_argument("--steps", type=int, default=None, help="environment steps (default: the experiment's)")
     parser.add_argument("--top", type=int, default=12, help="also list the slowest functions outside the model")
+    parser.add_argument("--ops", type=int, default=0, help="then list the torch operators of one SAC update cycle")
     add_threads_argument(parser)
     args = parser.parse_args()
     pin_threads(args.threads)
     runs = expand(load_definitions(args.experiments), [args.experiment], "unused", {"models": args.models})
     run = next(r for r in runs if r.variant == args.variant)
+    if args.ops and run.config.algorithm != "sac":
+        parser.error(f"--ops profiles a SAC update; {args.variant} is {run.config.algorithm}")
     with tempfile.TemporaryDirectory() as tmp:
         settings = {
             **run.settings,
@@ -102,6 +111,7 @@ def main() -> None:
         trainer = Trainer(parse_config(settings))
         profiler = cProfile.Profile()
         profiler.runcall(trainer.run)
+        operators = update_operators(trainer) if args.ops else None
     stats = pstats.Stats(profiler)
     totals, outside = breakdown(stats)
     wall = sum(totals.values())
@@ -125,6 +135,19 @@ def main() -> None:
     print("slowest functions outside the model (self time):")
     for seconds, where in sorted(outside, reverse=True)[: args.top]:
         print(f"  {seconds:>7.2f} s  {where}")
+    if operators is not None:
+        total = sum(e.self_cpu_time_total for e in operators)
+        print(f"torch operators of one SAC update cycle after the run ({total / 1e3:.0f} ms, self time):")
+        for event in sorted(operators, key=lambda e: -e.self_cpu_time_total)[: args.ops]:
+            milliseconds, share = event.self_cpu_time_total / 1e3, 100 * event.self_cpu_time_total / total
+            print(f"  {event.key:<48}{milliseconds:>9.1f} ms {share:>6.1f} %  {event.count:>5} calls")
+
+
+def update_operators(trainer: Trainer) -> list:
+    """torch.profiler's per-operator totals over one more update cycle of the finished run's SAC."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        trainer.algo.update(trainer.recorder, trainer.env_steps)
+    return list(prof.key_averages())
 
 
 if __name__ == "__main__":
