@@ -242,10 +242,11 @@ class Trainer:
         """GPUs used (for the GPU-hour calibration of the workflow's budget), and the CPU: another CPU type may
         round float reductions differently, and through them the sampled actions."""
         device = self.agent.lm.device
-        cpu = {"cpu_name": cpu_name()}
         if device.type != "cuda":
-            return {"gpus": 0, "gpu_name": None} | cpu
-        return {"gpus": self.ranks.world, "gpu_name": torch.cuda.get_device_name(device)} | cpu
+            gpus = {"gpus": 0, "gpu_name": None}
+        else:
+            gpus = {"gpus": self.ranks.world, "gpu_name": torch.cuda.get_device_name(device)}
+        return gpus | {"cpu_name": cpu_name()}
 
     def _as_run(self) -> dict:
         """Settings resolved at run time (for the hyperparameter tables): compute dtype, LoRA's modules."""
