@@ -4,9 +4,11 @@ import itertools
 
 import pytest
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
-from sacglam_core.agent import AgentConfig, CriticConfig, GlamAgent
+from sacglam_core.agent import AgentConfig, CriticConfig, GlamAgent, GlamLM
 from sacglam_core.agent.batch import collate
+from sacglam_core.agent.shared_prompt import shared_prompt_attention
 from sacglam_core.config import LoraSettings, ModelConfig
 from sacglam_core.envs import VectorPlayground
 from sacglam_core.envs.playground import ACTION_VOCABULARY
@@ -169,3 +171,74 @@ def test_bad_critic_options_are_rejected():
         CriticConfig(weights="copied")
     with pytest.raises(ValueError, match="tau"):
         CriticConfig(tau=0.0)
+
+
+def scores_states_and_grads(lm, batch):
+    out = lm.score(batch, hidden=True)
+    loss = out.action_logp.sum() + out.action_hidden.square().mean() + out.prompt_hidden.square().mean()
+    return out, torch.autograd.grad(loss, lm.parameters_of())
+
+
+def assert_shared_prompt_matches_the_cache(lm, batch):
+    assert lm.shared_prompt
+    new, new_grads = scores_states_and_grads(lm, batch)
+    lm.shared_prompt = False  # the cache path: each prompt's keys/values copied once per action
+    old, old_grads = scores_states_and_grads(lm, batch)
+    for name in ("action_logp", "action_hidden", "prompt_hidden"):
+        torch.testing.assert_close(getattr(new, name), getattr(old, name), atol=1e-5, rtol=1e-5)
+    for a, b in zip(new_grads, old_grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("lora", [None, LoraSettings(r=4)], ids=["full", "lora"])
+def test_actions_reading_their_prompts_keys_in_place_match_the_copied_cache(tiny_models, lora):
+    agent = make_agent(str(tiny_models["tiny-causal"]), lora=lora)
+    goals, obs, candidates = env_inputs(n=8, steps=4)
+    batch = agent.batch(goals, obs, candidates)
+    assert len(set(batch.counts.tolist())) > 1 and len(set(map(len, batch.action_tokens))) > 1
+    assert_shared_prompt_matches_the_cache(agent.lm, batch)
+
+
+def test_shared_prompt_attention_with_grouped_query_heads(tiny_models):
+    tokenizer = make_agent(str(tiny_models["tiny-causal"])).lm.tokenizer
+    torch.manual_seed(1)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=3,
+    )
+    agent = GlamAgent(GlamLM(LlamaForCausalLM(config), tokenizer, "causal"))
+    goals, obs, candidates = env_inputs(n=5, steps=2)
+    assert_shared_prompt_matches_the_cache(agent.lm, agent.batch(goals, obs, candidates))
+
+
+def test_attention_it_does_not_compute_keeps_the_cache_path(tiny_models):
+    tokenizer = make_agent(str(tiny_models["tiny-causal"])).lm.tokenizer
+    config = MistralConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        sliding_window=8,
+        pad_token_id=0,
+    )
+    lm = GlamLM(MistralForCausalLM(config), tokenizer, "causal")
+    assert not lm.shared_prompt  # a sliding window: the prompt's early keys are out of reach
+    assert not make_agent(str(tiny_models["tiny-t5"])).lm.shared_prompt
+
+
+def test_shared_prompt_attention_outside_the_scorer_fails_clearly_and_restores_the_model(tiny_models):
+    model = make_agent(str(tiny_models["tiny-causal"])).lm.model
+    before = model.config._attn_implementation
+    with pytest.raises(ValueError, match="needs the `shared_prompt` keyword"):
+        with shared_prompt_attention(model):
+            model(input_ids=torch.tensor([[3, 4, 5]]))
+    assert model.config._attn_implementation == before

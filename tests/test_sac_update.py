@@ -58,6 +58,21 @@ def test_restructured_update_gives_the_reference_numbers(tmp_path, tiny_models, 
     model, critic = CRITICS[name]
     new = metrics_of(tmp_path / "new", tiny_models[model], critic)
     old = metrics_of(tmp_path / "old", tiny_models[model], critic, reference_update)
+    assert_same_metrics(new, old)
+
+
+def test_prompt_keys_read_in_place_give_the_copied_caches_numbers(tmp_path, tiny_models, monkeypatch):
+    """The mini's critic trained with actions attending to their prompt's keys in place (agent/shared_prompt.py)
+    and with the cache copied per action."""
+    torch.set_num_threads(1)
+    model, critic = CRITICS["decoded_action separate, no target LM"]
+    new = metrics_of(tmp_path / "new", tiny_models[model], critic)
+    monkeypatch.setattr("sacglam_core.agent.lm.supports_shared_prompt", lambda model: False)
+    old = metrics_of(tmp_path / "old", tiny_models[model], critic)
+    assert_same_metrics(new, old)
+
+
+def assert_same_metrics(new: list[dict], old: list[dict]) -> None:
     assert [r["env_steps"] for r in new] == [r["env_steps"] for r in old] and int(new[-1]["updates"]) > 4
     for a, b in zip(new, old):
         for column in a:

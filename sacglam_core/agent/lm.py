@@ -2,9 +2,9 @@
 
 `GlamLM.score` computes every prompt's candidates in one batched pass. For a seq2seq model the encoder
 runs once per prompt and its output (with the decoder's cross-attention keys/values) is reused by all of
-that prompt's actions; for a causal LM the prompt runs once and its key/value cache is shared by all of
-its actions. `score_naive` is the
-reference: one full forward per (prompt, action) pair.
+that prompt's actions; for a causal LM the prompt runs once and all of its actions attend to its
+key/value cache, without a copy per action where the model allows it (`shared_prompt.py`).
+`score_naive` is the reference: one full forward per (prompt, action) pair.
 
 Several named weight sets can live beside the main one ("default"): with LoRA they are peft adapters
 on the same base model, otherwise full copies. Critics and target critics use them.
@@ -22,6 +22,7 @@ from torch import nn
 from transformers.modeling_outputs import BaseModelOutput
 
 from sacglam_core.agent.batch import CandidateBatch, collate, pad_rows
+from sacglam_core.agent.shared_prompt import SharedPrompt, shared_prompt_attention, supports_shared_prompt
 
 DEFAULT = "default"
 
@@ -47,6 +48,7 @@ class GlamLM(nn.Module):
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         probe = tokenizer("x").input_ids
         self.prompt_ends_with_eos = tokenizer.eos_token_id is not None and probe[-1] == tokenizer.eos_token_id
+        self.shared_prompt = not self.seq2seq and supports_shared_prompt(model)
 
     @property
     def base_config(self):
@@ -174,17 +176,31 @@ class GlamLM(nn.Module):
             logits_to_keep=1,
         )
         cache = prefix.past_key_values
-        cache.batch_select_indices(batch.owner)  # share each prompt's keys/values with its actions
         prompt_len = batch.prompt_mask.sum(1)[batch.owner]
         width = batch.action_ids.shape[1]
-        out = model(
+        action_pass = dict(
             input_ids=batch.action_ids,
-            attention_mask=torch.cat([batch.prompt_mask[batch.owner], batch.action_mask], 1),
             position_ids=prompt_len[:, None] + torch.arange(width, device=prompt_len.device)[None, :],
-            past_key_values=cache,
             output_hidden_states=hidden,
             logits_to_keep=torch.arange(width - 1, device=prompt_len.device),
         )
+        if self.shared_prompt:  # actions attend to their prompt's keys/values where they are (shared_prompt.py)
+            row, column = batch.slots()
+            shared = SharedPrompt(
+                [layer.keys for layer in cache.layers],
+                [layer.values for layer in cache.layers],
+                batch.prompt_mask.bool(),
+                batch.action_mask.bool(),
+                row,
+                column,
+                batch.max_candidates,
+            )
+            with shared_prompt_attention(model):
+                out = model(**action_pass, attention_mask=batch.action_mask, use_cache=False, shared_prompt=shared)
+        else:
+            cache.batch_select_indices(batch.owner)  # one copy of each prompt's keys/values per action
+            mask = torch.cat([batch.prompt_mask[batch.owner], batch.action_mask], 1)
+            out = model(**action_pass, attention_mask=mask, past_key_values=cache)
         logits = torch.cat([prefix.logits[batch.owner], out.logits], 1)
         logp = _token_logp(logits, batch.action_ids, batch.action_mask)
         if not hidden:
