@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from sacglam_core.benchmarks.final_policies import final_success
+from sacglam_core.benchmarks.final_policies import final_success, main
 from sacglam_core.config import parse_config
 from sacglam_core.trainer import Trainer
 
@@ -51,3 +51,8 @@ def test_a_run_without_checkpoints_or_not_finished_is_refused(tmp_path, tiny_mod
     (run / "config.yaml").write_text((run / "config.yaml").read_text().replace("total_steps: 64", "total_steps: 128"))
     with pytest.raises(SystemExit, match=r"has not finished \(64 of 128 steps\)"):
         final_success(run, None)
+
+
+def test_a_directory_that_is_not_a_run_gets_one_line(tmp_path):
+    with pytest.raises(SystemExit, match=r"error: cannot read run configuration .*config.yaml"):
+        main([str(tmp_path)])

@@ -24,7 +24,7 @@ import torch
 from sacglam_core.agent import AgentConfig, GlamAgent
 from sacglam_core.benchmarks import add_threads_argument, pin_threads
 from sacglam_core.checkpoint import Checkpointer
-from sacglam_core.config import load_config
+from sacglam_core.config import ConfigError, load_config
 from sacglam_core.distributed import init_ranks
 from sacglam_core.envs.playground import ACTION_VOCABULARY
 from sacglam_core.evaluation import Policy, agent_policy, evaluate
@@ -74,19 +74,29 @@ def final_success(run: Path, episodes_per_type: int | None) -> dict[str, float]:
     return result
 
 
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", type=Path, help="finished run directories (with checkpoints/)")
-    parser.add_argument("--episodes-per-type", type=int, default=None, help="default: the run's own")
+    parser.add_argument("--episodes-per-type", type=positive, default=None, help="default: the run's own")
     add_threads_argument(parser)
     args = parser.parse_args(argv)
     pin_threads(args.threads)
     rows = []
     for run in args.runs:
-        success = final_success(run, args.episodes_per_type)
-        rows.append({"variant": run.parent.name.rsplit("-", 1)[0], "seed": run.name, **success})
+        try:
+            success = final_success(run, args.episodes_per_type)
+        except ConfigError as error:
+            raise SystemExit(f"error: {error}") from None
+        rows.append({"variant": run.parent.name.rsplit("-", 1)[0], **success})
         print(f"{run}: " + ", ".join(f"{k} {v:.3f}" for k, v in success.items()), flush=True)
-    table = pd.DataFrame(rows).drop(columns="seed").groupby("variant", sort=False)
+    table = pd.DataFrame(rows).groupby("variant", sort=False)
     print(table.agg(lambda x: f"{x.mean():.3f} ± {x.std(ddof=1):.3f}" if x.notna().any() else "-").to_markdown())
 
 
