@@ -4,35 +4,35 @@ names what is wrong with a run it cannot read."""
 import shutil
 
 import pytest
+from tiny_runs import write_config
 
 from sacglam_core.benchmarks.final_policies import final_success, main
-from sacglam_core.config import parse_config
+from sacglam_core.config import load_config
 from sacglam_core.trainer import Trainer
 
 
-def finished_run(path, model, algorithm: str):
-    config = {
-        "algorithm": algorithm,
-        "model": {"name_or_path": str(model)},
-        "output_dir": str(path),
-        "total_steps": 64,
-        "num_envs": 8,
-        "threads": 1,
-        "env": {"n_objects": 3, "simplified": True, "max_steps": 8},
-        "eval": {"every_steps": 32, "episodes_per_type": 4, "test_episodes": 4},
-        "checkpoint": {"every_updates": 1},
-    }
-    if algorithm == "sac":
-        config["sac"] = {"batch_size": 8, "update_every": 16, "warmup_updates": 2, "critic": {"hidden_units": 32}}
-    else:
-        config["ppo"] = {"rollout_steps": 32, "epochs": 1, "minibatch_size": 16}
-    assert Trainer(parse_config(config)).run() == 0
-    return path
+def finished_run(tmp_path, model, algorithm: str):
+    """A 64-step run of `algorithm` with a checkpoint at every update; its output directory."""
+    updates = {
+        "sac": {"sac": {"batch_size": 8, "update_every": 16, "warmup_updates": 2, "critic": {"hidden_units": 32}}},
+        "ppo": {"ppo": {"rollout_steps": 32, "epochs": 1, "minibatch_size": 16}},
+    }[algorithm]
+    config = write_config(
+        tmp_path / "run.yaml",
+        model,
+        algorithm=algorithm,
+        total_steps=64,
+        eval={"every_steps": 32},
+        checkpoint={"every_updates": 1},
+        **updates,
+    )
+    assert Trainer(load_config(config)).run() == 0
+    return tmp_path / "out"
 
 
 @pytest.mark.parametrize("algorithm", ["sac", "ppo"])
 def test_the_sampled_success_is_the_runs_last_evaluation(tmp_path, tiny_models, algorithm):
-    run = finished_run(tmp_path / "run", tiny_models["tiny-causal"], algorithm)
+    run = finished_run(tmp_path, tiny_models["tiny-causal"], algorithm)
     success = final_success(run, None)  # exits with an error if it differs from metrics.csv's last row
     expected = {"sampled", "greedy actor"} | ({"argmax Q"} if algorithm == "sac" else set())
     assert set(success) == expected
@@ -42,7 +42,7 @@ def test_the_sampled_success_is_the_runs_last_evaluation(tmp_path, tiny_models, 
 
 
 def test_a_run_without_checkpoints_or_not_finished_is_refused(tmp_path, tiny_models):
-    run = finished_run(tmp_path / "run", tiny_models["tiny-causal"], "sac")
+    run = finished_run(tmp_path, tiny_models["tiny-causal"], "sac")
     empty = tmp_path / "empty"
     empty.mkdir()
     shutil.copy(run / "config.yaml", empty / "config.yaml")

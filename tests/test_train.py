@@ -13,28 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from tiny_runs import write_config
 
 from sacglam_core.metrics import COLUMNS, TIMING_COLUMNS
 
 TRAIN = [sys.executable, "-m", "sacglam_core.train"]
-
-
-def write_config(path: Path, model: Path, /, **settings) -> Path:
-    config = {
-        "model": {"name_or_path": str(model)},
-        "output_dir": str(path.parent / "out"),
-        "total_steps": 384,
-        "num_envs": 8,
-        "threads": 1,
-        "env": {"n_objects": 3, "simplified": True, "max_steps": 8},
-        "eval": {"every_steps": 128, "episodes_per_type": 4, "test_episodes": 4},
-        "checkpoint": {"every_updates": 4},
-    }
-    for key, value in settings.items():
-        config[key] = {**config.get(key, {}), **value} if isinstance(value, dict) else value
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 SAC_HER = {
