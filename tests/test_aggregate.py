@@ -300,6 +300,24 @@ def test_a_corrupt_done_file_is_named(experiment_dir, content):
         load_experiment("demo", runs)
 
 
+def test_claims_on_some_seeds_only(experiment_dir, tmp_path, capsys):
+    """--seeds checks the claims on a subset of the experiment's seeds (a replication on seeds the settings were
+    not chosen on); a seed the experiment does not have is one line and status 2."""
+    results, _ = experiment_dir
+    definitions = {**DEFINITIONS, "experiments": {"demo": {**DEFINITIONS["experiments"]["demo"], "claims": {
+        "better": [{"x": "SAC+HER", "y": "PPO", "at_least": 0.9}]}}}}  # fmt: skip
+    (tmp_path / "experiments.yaml").write_text(yaml.safe_dump(definitions))
+    command = ["demo", "--definitions", str(tmp_path / "experiments.yaml"), "--results", str(results)]
+    assert claims_main(command) == 1  # all seeds: P = 0.83 (5 of 6 pairs)
+    assert "P = 0.83" in capsys.readouterr().out
+    assert claims_main([*command, "--seeds", "0", "1"]) == 0  # SAC+HER 0.5, 0.625 against PPO 0.2, 0.4
+    out = capsys.readouterr().out
+    assert out.startswith("on seeds 0, 1 of demo only\n") and "P = 1.00" in out and "over 2 x 2 seed pairs" in out
+    assert claims_main([*command, "--seeds", "1", "7"]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: experiment 'demo' has no seeds [7]\n"
+
+
 @pytest.mark.parametrize("damage", ["metrics", "done", "config"])
 def test_claims_that_cannot_be_evaluated_exit_3_with_one_line(experiment_dir, tmp_path, capsys, damage):
     results, runs = experiment_dir

@@ -211,6 +211,20 @@ def test_a_setting_added_at_its_default_keeps_every_runs_fingerprint():
         assert all(parse_config(c).fingerprint != run.config.fingerprint for c, run in zip(changed, runs))
 
 
+def test_the_ten_seed_experiment_reruns_the_main_jobs_runs_on_more_seeds(definitions):
+    """mini_ten_seeds widens the main job's claims to seeds 0-9: its seeds 0-4 must be the main job's runs (the
+    same configurations, so the same directory names and fingerprints), not a variant that drifted from them."""
+
+    def runs(experiment: str) -> set[tuple[str, int, str]]:
+        expanded = expand(definitions, [experiment], "results", {"models": "resources/models"})
+        return {(run.directory.parent.name, run.seed, run.config.fingerprint) for run in expanded}
+
+    mini, ten = runs("mini"), runs("mini_ten_seeds")
+    assert len(mini) == 15 and len(ten) == 30
+    assert {run for run in ten if run[1] < 5} == mini
+    assert definitions["experiments"]["mini_ten_seeds"]["claims"] == definitions["experiments"]["mini"]["claims"]
+
+
 def test_longest_runs_start_first(tmp_path, definitions):
     """Snakemake starts the SAC runs (a step costs them more than PPO's) before the PPO runs, so that the short
     runs fill the cores at the end instead of one long run finishing alone."""

@@ -9,6 +9,7 @@
         - {x: SAC-GLAM+HER, y: PPO-GLAM, at_most: 2.0}
 
     python -m sacglam_core.pipeline.claims mini   # prints each claim and exits 1 if one fails
+    python -m sacglam_core.pipeline.claims mini_ten_seeds --seeds 5 6 7 8 9   # on some of its seeds only
 
 A `better` claim holds when P(x > y), the share of seed pairs where x's AUC beats y's (ties count half), is
 at least `at_least`; a `time` claim when the ratio of mean training times is at most `at_most`. Each is
@@ -121,10 +122,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--definitions", default="workflow/config/experiments.yaml")
     parser.add_argument("--results", default="results")
     parser.add_argument("--models", default="resources/models")
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", help="only these of the experiment's seeds (say, a replication on new seeds)"
+    )
     args = parser.parse_args(argv)
     try:
         definitions = load_definitions(args.definitions)
         runs = expand(definitions, [args.experiment], Path(args.results), {"models": args.models})
+        if args.seeds:
+            unknown = sorted(set(args.seeds) - {run.seed for run in runs})
+            if unknown:
+                raise ExperimentError(f"experiment {args.experiment!r} has no seeds {unknown}")
+            runs = [run for run in runs if run.seed in args.seeds]
+            print(f"on seeds {', '.join(map(str, sorted(set(args.seeds))))} of {args.experiment} only")
         claims = definitions["experiments"][args.experiment].get("claims")
         if not claims:
             raise ExperimentError(f"experiment {args.experiment!r} states no `claims:` in {args.definitions}")
