@@ -7,6 +7,14 @@ torch's default of one thread per core made batched scoring 27x slower (OpenMP o
 import argparse
 
 
+def positive(text: str) -> int:
+    """An argparse type: an integer of at least 1 (steps, episodes)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def add_threads_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
 

@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 
 from sacglam_core.agent import AgentConfig, GlamAgent
-from sacglam_core.benchmarks import add_threads_argument, pin_threads
+from sacglam_core.benchmarks import add_threads_argument, pin_threads, positive
 from sacglam_core.checkpoint import Checkpointer
 from sacglam_core.config import ConfigError, load_config
 from sacglam_core.distributed import init_ranks
@@ -72,13 +72,6 @@ def final_success(run: Path, episodes_per_type: int | None) -> dict[str, float]:
         if abs(logged - result["sampled"]) > 1e-9:
             raise SystemExit(f"error: {run}: sampled success {result['sampled']} is not the logged {logged}")
     return result
-
-
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def main(argv: list[str] | None = None) -> None:

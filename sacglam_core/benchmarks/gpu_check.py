@@ -29,7 +29,7 @@ import torch
 
 from sacglam_core.agent import AgentConfig, GlamAgent
 from sacglam_core.agent.tokens import PromptTokens
-from sacglam_core.benchmarks import add_threads_argument, pin_threads
+from sacglam_core.benchmarks import add_threads_argument, pin_threads, positive
 from sacglam_core.benchmarks.step_cost import counting_agent, masks_without_values, random_play, step_cost
 from sacglam_core.config import RunConfig, parse_config
 from sacglam_core.envs.playground import ACTION_VOCABULARY
@@ -128,14 +128,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--model", type=Path, help="a model folder (default: a Flan-T5-base-shaped one, built here)")
-    parser.add_argument("--steps", type=int, default=2000, help="environment steps of each training run")
+    parser.add_argument("--steps", type=positive, default=2000, help="environment steps of each training run")
     parser.add_argument("--small", action="store_true", help="PPO: 64-step rollouts of 2 epochs (CPU tests)")
     add_threads_argument(parser)
     args = parser.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("no CUDA device here; `--device cpu --model <tiny model>` checks the logic on a CPU")
-    if args.steps < 1:
-        parser.error("--steps must be positive")
     pin_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model or save_flan_t5_base_shaped(Path(tmp) / "flan-t5-base-shaped")
