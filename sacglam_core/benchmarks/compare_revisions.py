@@ -1,12 +1,13 @@
 """Training throughput of this tree against another git revision, side by side in one run.
 
     python -m sacglam_core.benchmarks.compare_revisions --baseline 96d29ca \
-        [--experiment mini --variant SAC-GLAM+HER --steps 1920 --repeats 3 --settings this|each]
+        [--experiment mini --variant SAC-GLAM+HER --steps 1920 --repeats 3 --settings this|baseline|each]
 
 The run configuration comes from this tree's experiment definitions (evaluation and checkpoints pushed
-past the end, one torch thread); with `--settings each`, each tree trains its own definition of the
-variant (the experiment as that revision ran it: settings and code together), and the metrics are not
-compared. The baseline is checked out in a temporary git worktree, and each
+past the end, one torch thread), or with `--settings baseline` from the baseline's: both trees then train
+the same settings, so the ratio is the code's alone. With `--settings each`, each tree trains its own
+definition of the variant (the experiment as that revision ran it: settings and code together), and the
+metrics are not compared. The baseline is checked out in a temporary git worktree, and each
 repeat trains the same configuration with both trees at once, one process per core, so that both see
 the same machine. It prints each tree's training throughput (environment steps per second of the run,
 acting and updates, as the trainer reports it), their ratio, and whether the two runs' non-timing
@@ -76,14 +77,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1920)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--models", default=str(ROOT / "resources/models"))
-    parser.add_argument("--settings", choices=("this", "each"), default="this", help="whose experiment definitions")
+    parser.add_argument(
+        "--settings", choices=("this", "baseline", "each"), default="this", help="whose experiment definitions"
+    )
     add_threads_argument(parser)
     args = parser.parse_args()
     models = str(Path(args.models).resolve())
     print(
         f"{args.experiment} / {args.variant}, {args.steps} steps, {args.threads} torch thread(s) per run, "
         f"both runs at once; baseline {args.baseline}; settings of "
-        f"{'each tree' if args.settings == 'each' else 'this tree'}"
+        f"{ {'this': 'this tree', 'baseline': 'the baseline', 'each': 'each tree'}[args.settings] }"
     )
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -100,7 +103,7 @@ def main() -> None:
                     args.steps,
                     models,
                     args.threads,
-                    tree if args.settings == "each" else ROOT,
+                    {"this": ROOT, "baseline": baseline, "each": tree}[args.settings],
                 )
                 configs[name] = tmp / f"{name.replace(' ', '-')}.yaml"
                 configs[name].write_text(yaml.safe_dump(settings))
@@ -133,7 +136,7 @@ def main() -> None:
                 ratio = rates["this tree"] / rates["baseline"]
                 ratios.append(ratio)
                 agreement = "metrics not compared (different settings)"
-                if args.settings == "this":
+                if args.settings != "each":
                     difference = largest_difference(tables["this tree"], tables["baseline"])
                     agreement = f"largest relative difference of the metrics {difference:.1e}"
                 print(

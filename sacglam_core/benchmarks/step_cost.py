@@ -171,9 +171,12 @@ class Play:
     snapshots: list[tuple[list[list[int]], list[list[int]]]]
 
 
-def random_play(tokens: PromptTokens, vector_steps: int, num_envs: int = 32, seed: int = 0) -> Play:
+def random_play(
+    tokens: PromptTokens, vector_steps: int, num_envs: int = 32, seed: int = 0, env: EnvConfig | None = None
+) -> Play:
+    """`vector_steps` steps of a uniformly random policy in `num_envs` environments (the full goal set by default)."""
     rng = random.Random(seed)
-    envs = VectorPlayground(num_envs, EnvConfig(), seed=seed)
+    envs = VectorPlayground(num_envs, env or EnvConfig(), seed=seed)
     obs, infos = envs.reset()
     recorder = EpisodeRecorder(tokens)
     recorder.reset(infos["goal"], obs, infos["possible_actions"])
