@@ -9,7 +9,7 @@ from sacglam_core.benchmarks.padding import real_shares
 def test_real_tokens_and_padded_sizes_of_each_layout():
     prompts = [[5, 6, 7], [5, 6, 7, 8, 9]]
     candidates = [[[1], [1, 2]], [[1, 2, 3]]]
-    shares = real_shares(prompts, candidates, pad_id=0, left=True)
+    shares = real_shares(prompts, candidates, left=True)
     assert shares["prompts"] == (8, 2 * 5)
     assert shares["actions"] == (6, 3 * 3)
     assert shares["action slots"] == (6, 2 * 2 * 3)  # 2 prompts x 2 candidates at most x 3 tokens

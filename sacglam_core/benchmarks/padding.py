@@ -49,12 +49,12 @@ def setting(experiment: str | None, models: str):
     return tokenizer, config.env, config.sac.batch_size, resolve_architecture(config.model) == "causal"
 
 
-def real_shares(prompts, candidates, pad_id: int, left: bool) -> dict[str, tuple[int, int]]:
-    """(real tokens, padded size) of each layout for one batch."""
-    batch = collate(prompts, candidates, pad_id, left_pad_prompts=left)
+def real_shares(prompts, candidates, left: bool) -> dict[str, tuple[int, int]]:
+    """(real tokens, padded size) of each layout for one batch (the pad token's id changes neither)."""
+    batch = collate(prompts, candidates, 0, left_pad_prompts=left)
     width = batch.action_ids.shape[1]
     rows = [batch.prompt_tokens[i] + a for i, a in zip(batch.owners(), batch.action_tokens)]
-    _, concat_mask = pad_rows(rows, pad_id, left=left)
+    _, concat_mask = pad_rows(rows, 0, left=left)
     actions = int(batch.action_mask.sum())
     return {
         "prompts": (int(batch.prompt_mask.sum()), batch.prompt_mask.numel()),
@@ -81,12 +81,11 @@ def main() -> None:
     play = random_play(tokens, args.steps, env=env)
     states = [(p, c) for prompts, candidates in play.snapshots for p, c in zip(prompts, candidates)]
     vocabulary = tokens.actions(list(ACTION_VOCABULARY))
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     rng = np.random.default_rng(0)
     totals = {layout: np.zeros(2) for layout in LAYOUTS}
     for _ in range(args.batches):
         picked = [states[i] for i in rng.choice(len(states), batch_size, replace=False)]
-        shares = real_shares([p for p, _ in picked], [[vocabulary[k] for k in c] for _, c in picked], pad_id, left)
+        shares = real_shares([p for p, _ in picked], [[vocabulary[k] for k in c] for _, c in picked], left)
         for layout, counts in shares.items():
             totals[layout] += counts
     lengths = [len(p) for p, _ in states]
