@@ -318,6 +318,25 @@ def test_claims_on_some_seeds_only(experiment_dir, tmp_path, capsys):
     assert err == "error: experiment 'demo' has no seeds [7]\n"
 
 
+def test_claims_over_a_late_window(experiment_dir, tmp_path, capsys):
+    """--from-step computes each run's AUC over its evaluations from that step on; a step that leaves a run
+    fewer than two evaluations is one line and status 2."""
+    results, _ = experiment_dir
+    definitions = {**DEFINITIONS, "experiments": {"demo": {**DEFINITIONS["experiments"]["demo"], "claims": {
+        "better": [{"x": "SAC+HER", "y": "PPO", "at_least": 0.8}]}}}}  # fmt: skip
+    (tmp_path / "experiments.yaml").write_text(yaml.safe_dump(definitions))
+    command = ["demo", "--definitions", str(tmp_path / "experiments.yaml"), "--results", str(results)]
+    assert claims_main([*command, "--from-step", "200"]) == 0
+    out = capsys.readouterr().out
+    # From step 200: SAC+HER 0.75, 0.875, 0.5 (mean 0.708); PPO 0.3, 0.6 (all steps: 0.469 against 0.3).
+    assert out.startswith("AUCs over the evaluations from step 200 on\n") and "AUC 0.708 ± " in out
+    assert "vs 0.450 ± " in out
+    for step in ("400", "-1"):
+        assert claims_main([*command, "--from-step", step]) == 2
+        err = capsys.readouterr().err
+        assert err == f"error: --from-step {step} leaves fewer than two evaluations in a run of 'demo'\n"
+
+
 @pytest.mark.parametrize("damage", ["metrics", "done", "config"])
 def test_claims_that_cannot_be_evaluated_exit_3_with_one_line(experiment_dir, tmp_path, capsys, damage):
     results, runs = experiment_dir

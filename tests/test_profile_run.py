@@ -19,10 +19,14 @@ def test_operators_of_one_sac_update_cycle(tiny_models):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "smoke / SAC-GLAM+HER: 256 environment steps" in result.stdout
     table = result.stdout.split("torch operators of one SAC update cycle")[1]
-    rows = re.findall(r"^  (.+?)\s+([\d.]+) ms\s+([\d.]+) %\s+(\d+) calls$", table, re.M)
+    rows = re.findall(r"^  (.+?)\s+([\d.]+) ms\s+([\d.]+) %\s+(\d+) calls(?:\s+([\d.]+) GFLOP/s)?$", table, re.M)
     assert len(rows) == 5 and "aten::mm" in {name for name, *_ in rows}  # the LLM's matrix products
-    times = [float(ms) for _, ms, _, _ in rows]
-    assert times == sorted(times, reverse=True) and sum(float(share) for *_, share, _ in rows) <= 100.5
+    times = [float(ms) for _, ms, _, _, _ in rows]
+    assert times == sorted(times, reverse=True) and sum(float(share) for _, _, share, _, _ in rows) <= 100.5
+    assert all(float(rate) > 0 for name, *_, rate in rows if name == "aten::mm")  # FLOPs counted for products
+    products = r"matrix products \((.+)\): ([\d.]+) GFLOP in (\d+) ms .*, ([\d.]+) GFLOP/s; .*: ([\d.]+) GFLOP/s"
+    summary = re.search(products, table)
+    assert summary and "aten::mm" in summary[1] and float(summary[2]) > 0 and float(summary[5]) > 0
 
 
 def test_operators_are_refused_for_ppo(tiny_models):

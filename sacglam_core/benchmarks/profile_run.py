@@ -11,12 +11,14 @@ cProfile slows Python code more than torch kernels, so the overhead share it rep
 
 `--ops N` then runs one more SAC update cycle on the run's replay buffer under torch.profiler and lists the N
 torch operators with the most self time: whether the LLM passes are bound by their matrix products or by what
-surrounds them (the key/value cache's copies, padding, small kernels).
+surrounds them (the key/value cache's copies, padding, small kernels), and the matrix products' GFLOP/s
+against one large float32 product's on the same threads.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import cProfile
 import pstats
 import tempfile
@@ -24,6 +26,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
+import torch.utils.benchmark
+from torch.utils.flop_counter import FlopCounterMode
 
 from sacglam_core.benchmarks import add_threads_argument, pin_threads
 from sacglam_core.config import parse_config
@@ -136,18 +140,47 @@ def main() -> None:
     for seconds, where in sorted(outside, reverse=True)[: args.top]:
         print(f"  {seconds:>7.2f} s  {where}")
     if operators is not None:
-        total = sum(e.self_cpu_time_total for e in operators)
-        print(f"torch operators of one SAC update cycle after the run ({total / 1e3:.0f} ms, self time):")
-        for event in sorted(operators, key=lambda e: -e.self_cpu_time_total)[: args.ops]:
-            milliseconds, share = event.self_cpu_time_total / 1e3, 100 * event.self_cpu_time_total / total
-            print(f"  {event.key:<48}{milliseconds:>9.1f} ms {share:>6.1f} %  {event.count:>5} calls")
+        print_operators(*operators, args.ops)
 
 
-def update_operators(trainer: Trainer) -> list:
-    """torch.profiler's per-operator totals over one more update cycle of the finished run's SAC."""
+def update_operators(trainer: Trainer) -> tuple[list, dict[str, int]]:
+    """torch.profiler's per-operator totals over one more update cycle of the finished run's SAC, and the FLOPs
+    per operator of the same cycle, counted on a copy of the algorithm (counting under the profiler would slow
+    what it times)."""
+    twin = copy.deepcopy(trainer.algo)  # its replay buffer's generator too: it samples the same batches
+    with FlopCounterMode(display=False) as counter:
+        twin.update(trainer.recorder, trainer.env_steps)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         trainer.algo.update(trainer.recorder, trainer.env_steps)
-    return list(prof.key_averages())
+    flops = {str(op).replace(".", "::"): n for op, n in counter.get_flop_counts()["Global"].items()}
+    return list(prof.key_averages()), flops
+
+
+def matmul_peak(size: int = 1024) -> float:
+    """GFLOP/s of one large float32 matrix product on this process's threads: what the core can do."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    seconds = torch.utils.benchmark.Timer("a @ b", globals={"a": a, "b": b}).blocked_autorange(min_run_time=1.0)
+    return 2 * size**3 / seconds.median / 1e9
+
+
+def print_operators(operators: list, flops: dict[str, int], top: int) -> None:
+    """The slowest operators, then how fast the matrix products run against the core's own peak: a cycle
+    whose products already run near it can be made faster only by doing fewer of them."""
+    total = sum(e.self_cpu_time_total for e in operators)
+    print(f"torch operators of one SAC update cycle after the run ({total / 1e3:.0f} ms, self time):")
+    for event in sorted(operators, key=lambda e: -e.self_cpu_time_total)[:top]:
+        milliseconds, share = event.self_cpu_time_total / 1e3, 100 * event.self_cpu_time_total / total
+        rate = f"  {flops[event.key] / event.self_cpu_time_total / 1e3:6.1f} GFLOP/s" if event.key in flops else ""
+        print(f"  {event.key:<48}{milliseconds:>9.1f} ms {share:>6.1f} %  {event.count:>5} calls{rate}")
+    products = [e for e in operators if e.key in flops]
+    seconds = sum(e.self_cpu_time_total for e in products) / 1e6
+    counted = sum(flops[e.key] for e in products)
+    peak = matmul_peak()
+    print(
+        f"matrix products ({', '.join(sorted(e.key for e in products))}): {counted / 1e9:.2f} GFLOP in"
+        f" {1e3 * seconds:.0f} ms ({100 * seconds * 1e6 / total:.0f}% of the cycle), {counted / seconds / 1e9:.1f}"
+        f" GFLOP/s; a 1024x1024 float32 product on this core: {peak:.1f} GFLOP/s"
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@
 
     python -m sacglam_core.pipeline.claims mini   # prints each claim and exits 1 if one fails
     python -m sacglam_core.pipeline.claims mini_ten_seeds --seeds 5 6 7 8 9   # on some of its seeds only
+    python -m sacglam_core.pipeline.claims mini_longer --from-step 6400   # AUCs over the evaluations from 6,400 on
 
 A `better` claim holds when P(x > y), the share of seed pairs where x's AUC beats y's (ties count half), is
 at least `at_least`; a `time` claim when the ratio of mean training times is at most `at_most`. Each is
@@ -25,6 +26,7 @@ The random policy is evaluated on the same evaluation plan (goals and scenes) as
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,6 +118,16 @@ def check(experiment: Experiment, claims: dict | None, baseline: float) -> list[
     return out
 
 
+def late_window(experiment: Experiment, step: int) -> Experiment:
+    """The experiment with each run's curve cut to its evaluations at `step` and later; every finished run must
+    keep two of them, or its AUC would be a single point."""
+    late = experiment.curves[experiment.curves["env_steps"] >= step]
+    kept = late.groupby(["variant", "seed"]).size().reindex(list(experiment.summaries), fill_value=0)
+    if step < 0 or (kept < 2).any():
+        raise ExperimentError(f"--from-step {step} leaves fewer than two evaluations in a run of {experiment.name!r}")
+    return dataclasses.replace(experiment, curves=late)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sacglam_core.pipeline.claims", description=__doc__.split("\n")[0])
     parser.add_argument("experiment")
@@ -124,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="resources/models")
     parser.add_argument(
         "--seeds", type=int, nargs="+", help="only these of the experiment's seeds (say, a replication on new seeds)"
+    )
+    parser.add_argument(
+        "--from-step", type=int, help="AUCs over the evaluations at this environment step and later (a late window)"
     )
     args = parser.parse_args(argv)
     try:
@@ -139,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         if not claims:
             raise ExperimentError(f"experiment {args.experiment!r} states no `claims:` in {args.definitions}")
         experiment = load_experiment(args.experiment, runs)
+        if args.from_step is not None:
+            experiment = late_window(experiment, args.from_step)
+            print(f"AUCs over the evaluations from step {args.from_step:,} on")
         results = check(experiment, claims, random_success(runs[0].config))
     except ExperimentError as error:
         print(f"error: {error}", file=sys.stderr)
