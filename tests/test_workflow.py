@@ -225,6 +225,23 @@ def test_the_ten_seed_experiment_reruns_the_main_jobs_runs_on_more_seeds(definit
     assert definitions["experiments"]["mini_ten_seeds"]["claims"] == definitions["experiments"]["mini"]["claims"]
 
 
+def test_the_longer_experiment_is_the_main_job_at_twice_its_steps(definitions):
+    """mini_longer asks whether SAC-GLAM lacks only budget: its runs must differ from the main job's in their step
+    budget and seeds alone, and its claims must be the main job's."""
+
+    def settings(experiment: str) -> tuple[dict[str, dict], set[int], set[int]]:
+        expanded = expand(definitions, [experiment], "results", {"models": "resources/models"})
+        unique = {"seed": None, "total_steps": None, "output_dir": None}
+        variants = {run.variant: {**yaml.safe_load(dump_config(run.config)), **unique} for run in expanded}
+        return variants, {run.seed for run in expanded}, {run.config.total_steps for run in expanded}
+
+    mini, mini_seeds, mini_steps = settings("mini")
+    longer, longer_seeds, longer_steps = settings("mini_longer")
+    assert longer == mini and len(mini) == 3
+    assert longer_steps == {2 * step for step in mini_steps} and not longer_seeds & mini_seeds  # tuning seeds
+    assert definitions["experiments"]["mini_longer"]["claims"] == definitions["experiments"]["mini"]["claims"]
+
+
 def test_longest_runs_start_first(tmp_path, definitions):
     """Snakemake starts the SAC runs (a step costs them more than PPO's) before the PPO runs, so that the short
     runs fill the cores at the end instead of one long run finishing alone."""
