@@ -115,7 +115,7 @@ def main() -> None:
         trainer = Trainer(parse_config(settings))
         profiler = cProfile.Profile()
         profiler.runcall(trainer.run)
-        operators = update_operators(trainer) if args.ops else None
+        cycle = update_operators(trainer) if args.ops else None
     stats = pstats.Stats(profiler)
     totals, outside = breakdown(stats)
     wall = sum(totals.values())
@@ -139,8 +139,8 @@ def main() -> None:
     print("slowest functions outside the model (self time):")
     for seconds, where in sorted(outside, reverse=True)[: args.top]:
         print(f"  {seconds:>7.2f} s  {where}")
-    if operators is not None:
-        print_operators(*operators, args.ops)
+    if cycle is not None:
+        print_operators(*cycle, matmul_peak(), args.ops)
 
 
 def update_operators(trainer: Trainer) -> tuple[list, dict[str, int]]:
@@ -163,7 +163,7 @@ def matmul_peak(size: int = 1024) -> float:
     return 2 * size**3 / seconds.median / 1e9
 
 
-def print_operators(operators: list, flops: dict[str, int], top: int) -> None:
+def print_operators(operators: list, flops: dict[str, int], peak: float, top: int) -> None:
     """The slowest operators, then how fast the matrix products run against the core's own peak: a cycle
     whose products already run near it can be made faster only by doing fewer of them."""
     total = sum(e.self_cpu_time_total for e in operators)
@@ -175,7 +175,6 @@ def print_operators(operators: list, flops: dict[str, int], top: int) -> None:
     products = [e for e in operators if e.key in flops]
     seconds = sum(e.self_cpu_time_total for e in products) / 1e6
     counted = sum(flops[e.key] for e in products)
-    peak = matmul_peak()
     print(
         f"matrix products ({', '.join(sorted(e.key for e in products))}): {counted / 1e9:.2f} GFLOP in"
         f" {1e3 * seconds:.0f} ms ({100 * seconds * 1e6 / total:.0f}% of the cycle), {counted / seconds / 1e9:.1f}"
