@@ -88,7 +88,7 @@ def _panels(d: dict) -> None:
         ("main", lambda d: d["experiments"]["main"].pop("variants"), "defines no variants"),
         ("critic_architecture", _panels, "panel 'extra': unknown variants ['input=obs weights=frozen']"),
         ("main", lambda d: d["experiments"]["main"]["figures"]["figure2"].update(x=["steps"]), "unknown x axes"),
-        ("main", lambda d: d["experiments"]["main"].update(seeds=[0, 1, 0]), "repeat a seed"),
+        ("main", lambda d: d["experiments"]["main"].update(seeds=[0, 1, 0]), "seeds [0, 1, 0] repeat [0]"),
     ],
 )
 def test_bad_experiment_definitions_are_rejected(name, change, message):
@@ -96,6 +96,36 @@ def test_bad_experiment_definitions_are_rejected(name, change, message):
     change(definitions)
     with pytest.raises(ExperimentError, match=re.escape(message)):
         expand(definitions, [name], "results")
+
+
+@pytest.mark.parametrize(
+    "seeds, message",
+    [
+        ("5", "seeds must be a non-empty list of integers, got 5"),
+        ("[]", "seeds must be a non-empty list of integers, got []"),
+        ("[0, true]", "seed True is not a non-negative integer"),
+        ('[0, "007"]', "seed '007' is not a non-negative integer"),
+        ("[1, -2]", "seed -2 is not a non-negative integer"),
+        ("[0.5]", "seed 0.5 is not a non-negative integer"),
+        ("[3, 1, 3]", "seeds [3, 1, 3] repeat [3]"),
+    ],
+)
+def test_seeds_are_distinct_non_negative_integers_named_with_the_file(tmp_path, seeds, message):
+    """A seed names its run's directory (`seed<k>`): each bad value is one line naming the file, the experiment
+    and the value, given when the definitions are read (before any run is planned)."""
+    path = tmp_path / "experiments.yaml"
+    path.write_text(DEFINITIONS.read_text().replace("    seeds: [0]\n", f"    seeds: {seeds}\n", 1))
+    with pytest.raises(ExperimentError) as error:
+        load_definitions(path)
+    assert str(error.value) == f"{path}: experiment 'smoke': {message}"
+
+
+def test_a_bad_seed_stops_the_dry_run_with_one_line(tmp_path):
+    path = tmp_path / "experiments.yaml"
+    path.write_text(DEFINITIONS.read_text().replace("    seeds: [0]\n", "    seeds: 5\n", 1))
+    dry = snakemake("--profile", "profiles/local", "-n", "--config", f"experiment_file={path}", "experiments=[mini]")
+    message = f"error: {path}: experiment 'smoke': seeds must be a non-empty list of integers, got 5"
+    assert dry.returncode == 2 and dry.stderr.strip().splitlines()[-1:] == [message] and "Traceback" not in dry.stderr
 
 
 def test_a_duplicate_variant_is_an_error_not_an_overwrite(tmp_path):

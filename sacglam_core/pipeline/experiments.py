@@ -89,7 +89,25 @@ def load_definitions(path: str | Path) -> dict:
         raise ExperimentError(str(error)) from None
     if not isinstance(definitions.get("experiments"), dict):
         raise ExperimentError(f"{path} must hold an `experiments:` mapping")
+    for name, spec in definitions["experiments"].items():
+        if isinstance(spec, dict):
+            seeds_of(name, spec, where=f"{path}: ")
     return definitions
+
+
+def seeds_of(name: str, spec: dict, where: str = "") -> list[int]:
+    """The experiment's seeds: a list of distinct non-negative integers (default [0]). A seed is part of its run's
+    directory name (`seed<k>`), so `"007"` or `true` would name a directory no other spelling finds again."""
+    seeds = spec.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds:
+        raise ExperimentError(f"{where}experiment {name!r}: seeds must be a non-empty list of integers, got {seeds!r}")
+    for seed in seeds:
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ExperimentError(f"{where}experiment {name!r}: seed {seed!r} is not a non-negative integer")
+    repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+    if repeated:
+        raise ExperimentError(f"{where}experiment {name!r}: seeds {seeds} repeat {repeated}")
+    return seeds
 
 
 def check_figures(name: str, spec: dict, variants: list[str]) -> None:
@@ -201,9 +219,7 @@ def expand(
                 f"experiment {name!r} has unknown keys {sorted(stray)}; allowed: {sorted(EXPERIMENT_KEYS)}"
             )
         base = merge(definitions.get("defaults") or {}, spec.get("settings") or {})
-        seeds = spec.get("seeds") or [0]
-        if len(set(seeds)) != len(seeds):
-            raise ExperimentError(f"experiment {name!r}: seeds {seeds} repeat a seed")
+        seeds = seeds_of(name, spec)
         variants = _variants(name, spec)
         check_figures(name, spec, list(variants))
         parse_claims(name, spec.get("claims"), list(variants))
