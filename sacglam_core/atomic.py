@@ -25,6 +25,15 @@ def atomic_write(path: str | Path, data: bytes) -> None:
         raise
 
 
+def check_writable(directory: str | Path) -> None:
+    """Create `directory` if needed and write a file in it (a permission check alone says yes to root on a
+    read-only folder); raises the OSError that a later write would have met."""
+    directory = Path(directory)
+    directory.mkdir(exist_ok=True)
+    atomic_write(directory / "write-check", b"")
+    (directory / "write-check").unlink()
+
+
 def remove_stale_temporaries(directory: str | Path) -> list[Path]:
     """Delete the temporary files that killed writers left in `directory` (call it while no writer runs)."""
     directory = Path(directory)

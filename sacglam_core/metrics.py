@@ -1,4 +1,5 @@
-"""The per-run metrics file: one CSV row per evaluation, with fixed columns."""
+"""The per-run metrics file: one CSV row per evaluation, with fixed columns, and the steps at which a run
+evaluates (the rows a finished run's file must hold)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,13 @@ import csv
 import io
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sacglam_core.atomic import atomic_write
 from sacglam_core.envs import GoalType
+
+if TYPE_CHECKING:
+    from sacglam_core.config import RunConfig
 
 COLUMNS = [
     "env_steps",
@@ -37,6 +42,18 @@ COLUMNS = [
     "env_steps_per_s",
 ]
 TIMING_COLUMNS = ("wall_seconds", "train_seconds", "updates_per_s", "env_steps_per_s")
+
+
+def evaluates_at(config: RunConfig, env_steps: int) -> bool:
+    """Whether the trainer evaluates (one metrics row) on reaching `env_steps`: the untrained agent at 0, then at
+    the first step of each `eval.every_steps` (steps advance by num_envs) and at the end."""
+    return env_steps % config.eval.every_steps < config.num_envs or env_steps >= config.total_steps
+
+
+def evaluation_steps(config: RunConfig) -> list[int]:
+    """Every step a finished run evaluated at, in order: the `env_steps` column of its metrics.csv."""
+    last = -(-config.total_steps // config.num_envs) * config.num_envs  # the loop ends at the first step >= total
+    return [step for step in range(0, last + 1, config.num_envs) if evaluates_at(config, step)]
 
 
 class MetricsFile:

@@ -29,7 +29,7 @@ from sacglam_core import EXIT_PREEMPTED
 from sacglam_core.agent import AgentConfig, GlamAgent
 from sacglam_core.algos.ppo import PPO
 from sacglam_core.algos.sac import SAC
-from sacglam_core.atomic import atomic_write, remove_stale_temporaries
+from sacglam_core.atomic import atomic_write, check_writable, remove_stale_temporaries
 from sacglam_core.checkpoint import Checkpointer, CheckpointError
 from sacglam_core.config import ConfigError, ModelConfig, RunConfig, dump_config
 from sacglam_core.distributed import init_ranks, resolve_device
@@ -37,8 +37,9 @@ from sacglam_core.envs import VectorPlayground
 from sacglam_core.envs.playground import ACTION_VOCABULARY
 from sacglam_core.evaluation import agent_policy, evaluate, goal_type_prior
 from sacglam_core.lease import LeaseHeldError, RunLease
-from sacglam_core.metrics import MetricsFile
+from sacglam_core.metrics import MetricsFile, evaluates_at
 from sacglam_core.models.loading import lora_target_modules
+from sacglam_core.pipeline import runstate
 from sacglam_core.trajectories import EpisodeRecorder
 
 # What a checkpoint holds; 1 was before checkpoints carried the metrics rows and the thread count.
@@ -116,6 +117,7 @@ class Trainer:
             try:
                 self.lease.acquire()
                 for directory in (self.out, self.out / "checkpoints"):
+                    check_writable(directory)  # refused now, not at the first checkpoint
                     for path in remove_stale_temporaries(directory):
                         print(f"{self.out}: removed {path.name}, left by a killed write", file=sys.stderr)
             except LeaseHeldError as held:
@@ -148,10 +150,11 @@ class Trainer:
             print(f"{self.out}: stopped during start-up, before any step; nothing to checkpoint", file=sys.stderr)
             return EXIT_PREEMPTED
         obs, infos = self.envs.reset()
+        if self.ranks.is_main:  # at every start: a resumed run's config.yaml is its own again, whatever befell it
+            atomic_write(self.out / "config.yaml", dump_config(self.config).encode())
         if not self._resume():
             self.recorder.reset(infos["goal"], obs, infos["possible_actions"])
             if self.ranks.is_main:
-                atomic_write(self.out / "config.yaml", dump_config(self.config).encode())
                 self.metrics.restore([])
             self._log_row()  # the untrained agent's success rates at step 0
         first_step = self.env_steps
@@ -190,7 +193,7 @@ class Trainer:
                 self.algo.update(self.recorder, self.env_steps)
             self.train_seconds += time.perf_counter() - tick
             self.elapsed = time.perf_counter() - started
-            if self.env_steps % self.config.eval.every_steps < self.config.num_envs or self.env_steps >= total:
+            if evaluates_at(self.config, self.env_steps):
                 self._log_row()
                 bar.set_postfix(success=f"{self._last_success:.3f}", refresh=False)
             every = self.config.checkpoint.every_updates
@@ -221,20 +224,16 @@ class Trainer:
 
     def _finished(self) -> bool:
         """Whether done.json marks this run finished; one of another configuration is refused."""
-        path = self.out / "done.json"
-        if not path.exists():
-            return False
         try:
-            fingerprint = json.loads(path.read_text())["fingerprint"]
-        except (OSError, ValueError, KeyError, TypeError) as error:
+            summary = runstate.finished(self.out)
+        except runstate.RunStateError as error:
+            raise RunDirectoryError(str(error)) from None
+        if summary is None:
+            return False
+        if summary.get("fingerprint") != self.config.fingerprint:
             raise RunDirectoryError(
-                f"{path} is unreadable ({type(error).__name__}: {error}); delete it and run again to finish the "
-                "run from its last checkpoint"
-            ) from None
-        if fingerprint != self.config.fingerprint:
-            raise RunDirectoryError(
-                f"{self.out} holds a finished run of another configuration (fingerprint {fingerprint}, this run "
-                f"{self.config.fingerprint}); use a new output_dir"
+                f"{self.out} holds a finished run of another configuration (fingerprint {summary.get('fingerprint')}, "
+                f"this run {self.config.fingerprint}); use a new output_dir"
             )
         return True
 

@@ -13,7 +13,6 @@ from sacglam_core.config import dump_config
 from sacglam_core.metrics import COLUMNS
 from sacglam_core.pipeline.aggregate import (
     Experiment,
-    MetricsFileError,
     area_under_curve,
     curves_mean_std,
     iqm,
@@ -28,10 +27,17 @@ from sacglam_core.pipeline.claims import main as claims_main
 from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load_definitions
 from sacglam_core.pipeline.figures import curves_figure
 from sacglam_core.pipeline.outputs import expected_outputs, write_experiment_results
+from sacglam_core.pipeline.outputs import main as outputs_main
 from sacglam_core.pipeline.tables import DIFFERS, hyperparameters
 
 DEFINITIONS = {
-    "defaults": {"model": {"name_or_path": "tiny"}, "total_steps": 400, "env": {"simplified": True, "n_objects": 3}},
+    "defaults": {  # evaluations at steps 0, 100, 200, 300 and 400
+        "model": {"name_or_path": "tiny"},
+        "total_steps": 400,
+        "num_envs": 4,
+        "eval": {"every_steps": 100},
+        "env": {"simplified": True, "n_objects": 3},
+    },
     "experiments": {
         "demo": {
             "seeds": [0, 1, 2],
@@ -55,8 +61,9 @@ def write_run(run: Run, success: list[float], finished: bool = True) -> None:
         rows.append(row)
     pd.DataFrame(rows, columns=COLUMNS).to_csv(run.directory / "metrics.csv", index=False)
     (run.directory / "config.yaml").write_text(dump_config(run.config))  # as the trainer writes it
-    if finished:
-        done = {"env_steps": 400, "wall_seconds": 144.0, "gpus": 4, "dtype": "bfloat16", "lora_target_modules": None}
+    if finished:  # as the trainer writes it
+        done = {"env_steps": 400, "wall_seconds": 144.0, "eval_success": success[-1], "gpus": 4, "dtype": "bfloat16",
+                "lora_target_modules": None, "fingerprint": run.config.fingerprint}  # fmt: skip
         (run.directory / "done.json").write_text(json.dumps(done))
 
 
@@ -146,15 +153,15 @@ def test_iqm_and_probability_of_improvement():
 def test_malformed_metrics_file_names_the_file(experiment_dir):
     _, runs = experiment_dir
     bad = runs[0].directory / "metrics.csv"
-    bad.write_text("env_steps,eval_success\n0,0.1\n")
-    with pytest.raises(MetricsFileError, match=f"metrics file {bad} lacks the columns \\['wall_seconds'\\]"):
-        load_experiment("demo", runs)
-    bad.write_text("env_steps,wall_seconds,eval_success\n0,0,zero\n")
-    with pytest.raises(MetricsFileError, match=f"metrics file {bad} has non-numeric"):
-        load_experiment("demo", runs)
-    bad.write_bytes(b"\x00\x01garbage")
-    with pytest.raises(MetricsFileError, match=str(bad)):
-        load_experiment("demo", runs)
+    key = (runs[0].variant, runs[0].seed)
+    for content, message in [
+        (b"env_steps,eval_success\n0,0.1\n", f"metrics file {bad} lacks the columns ['wall_seconds']"),
+        (b"env_steps,wall_seconds,eval_success\n0,0,zero\n", f"metrics file {bad} has non-numeric"),
+        (b"\x00\x01garbage", f"metrics file {bad} lacks the columns"),
+    ]:
+        bad.write_bytes(content)
+        experiment = load_experiment("demo", runs)
+        assert experiment.left_out[key].startswith(message) and key[1] not in experiment.seeds(key[0])
 
 
 def test_hyperparameter_tables_come_from_the_configs(experiment_dir):
@@ -219,7 +226,7 @@ def test_the_main_jobs_task_leaves_a_random_policy_at_most_15_percent():
 
 def test_every_output_is_written_and_says_what_is_missing(experiment_dir):
     results, runs = experiment_dir
-    paths = write_experiment_results("demo", DEFINITIONS["experiments"]["demo"], runs, results)
+    paths = write_experiment_results(load_experiment("demo", runs), DEFINITIONS["experiments"]["demo"], results)
     assert sorted(paths) == sorted(expected_outputs("demo", DEFINITIONS["experiments"]["demo"], results))
     assert all(p.stat().st_size > 0 for p in paths)
     assert "Missing seeds: PPO: [2]" in (results / "demo" / "summary.md").read_text()
@@ -287,17 +294,16 @@ def test_a_row_missing_its_trailing_fields_is_rejected(experiment_dir):
     bad = runs[0].directory / "metrics.csv"
     lines = bad.read_text().splitlines()
     bad.write_text("\n".join([*lines[:-1], lines[-1].rsplit(",", 5)[0]]) + "\n")  # a row cut short
-    with pytest.raises(MetricsFileError, match=f"metrics file {bad} has a truncated row: line 6 has"):
-        load_experiment("demo", runs)
+    left_out = load_experiment("demo", runs).left_out[(runs[0].variant, runs[0].seed)]
+    assert left_out.startswith(f"metrics file {bad} has a truncated row: line 6 has")
 
 
-@pytest.mark.parametrize("content", [b"", b'{"env_steps": 4', b"\xff\xfe", b"[1, 2]"])
+@pytest.mark.parametrize("content", [b"", b'{"env_steps": 4', b"\xff\xfe", b"[1, 2]", b'{"env_steps": 400}'])
 def test_a_corrupt_done_file_is_named(experiment_dir, content):
     _, runs = experiment_dir
     done = runs[0].directory / "done.json"
     done.write_bytes(content)
-    with pytest.raises(MetricsFileError, match=f"run summary {done}"):
-        load_experiment("demo", runs)
+    assert f"run summary {done}" in load_experiment("demo", runs).left_out[(runs[0].variant, runs[0].seed)]
 
 
 def test_claims_on_some_seeds_only(experiment_dir, tmp_path, capsys):
@@ -337,15 +343,76 @@ def test_claims_over_a_late_window(experiment_dir, tmp_path, capsys):
         assert err == f"error: --from-step {step} leaves fewer than two evaluations in a run of 'demo'\n"
 
 
-@pytest.mark.parametrize("damage", ["metrics", "done", "config"])
-def test_claims_that_cannot_be_evaluated_exit_3_with_one_line(experiment_dir, tmp_path, capsys, damage):
+def _rewrite_lines(path: Path, change) -> None:
+    path.write_text("\n".join(change(path.read_text().splitlines())) + "\n")
+
+
+def _set_final_success(lines: list[str]) -> list[str]:
+    header = lines[0].split(",")
+    last = lines[-1].split(",")
+    last[header.index("eval_success")] = "0.9"
+    return [*lines[:-1], ",".join(last)]
+
+
+def _edit_config(path: Path) -> None:
+    config = yaml.safe_load(path.read_text())
+    config["sac"]["gamma"] = 0.5
+    path.write_text(yaml.safe_dump(config))
+
+
+DAMAGES = {  # what befalls a finished run's files -> what the warning says (after the file's name)
+    "metrics deleted": (lambda d: (d / "metrics.csv").unlink(), "metrics.csv: [Errno 2] No such file"),
+    "last rows cut": (lambda d: _rewrite_lines(d / "metrics.csv", lambda ls: ls[:-3]), "ends at step 100, but "),
+    "repeated row": (lambda d: _rewrite_lines(d / "metrics.csv", lambda ls: [*ls[:3], ls[2], *ls[3:]]), "repeats the "
+                     "evaluations at steps 100"),
+    "missing row": (lambda d: _rewrite_lines(d / "metrics.csv", lambda ls: [*ls[:3], *ls[4:]]), "lacks the "
+                    "evaluations at steps 200"),
+    "extra row": (lambda d: _rewrite_lines(d / "metrics.csv", lambda ls: [*ls[:3], ls[3].replace("200,", "150,", 1),
+                  *ls[3:]]), "has evaluations at steps 150, which "),
+    "final success edited": (lambda d: _rewrite_lines(d / "metrics.csv", _set_final_success), "ends with success 0.9, "
+                             "but "),
+    "config edited": (lambda d: _edit_config(d / "config.yaml"), "config.yaml has fingerprint "),
+    "config deleted": (lambda d: (d / "config.yaml").unlink(), "config.yaml: No such file or directory"),
+    "done truncated": (lambda d: (d / "done.json").write_text('{"env_steps": 4'), "done.json: Expecting"),
+    "done without fingerprint": (lambda d: (d / "done.json").write_text(json.dumps({"env_steps": 400})), "done.json "
+                                 "records no fingerprint"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_finished_run_whose_files_disagree_is_left_out_with_one_warning(experiment_dir, tmp_path, capsys, damage):
+    """A finished run is evidence to check: metrics.csv must hold one row per evaluation of the configuration whose
+    fingerprint done.json records, ending at done.json's steps and final success. A run that fails is left out of
+    the tables and the claims, with one warning line naming the file; the tables say so; nothing fails."""
     results, runs = experiment_dir
+    run = next(r for r in runs if (r.variant, r.seed) == ("SAC+HER", 0))
+    change, message = DAMAGES[damage]
+    change(run.directory)
     definitions = {**DEFINITIONS, "experiments": {"demo": {**DEFINITIONS["experiments"]["demo"], "claims": {
-        "learns": ["PPO"]}}}}  # fmt: skip
+        "learns": ["SAC+HER"], "margin": 0.0}}}}  # fmt: skip
     (tmp_path / "experiments.yaml").write_text(yaml.safe_dump(definitions))
-    file = {"metrics": "metrics.csv", "done": "done.json", "config": "config.yaml"}[damage]
-    (runs[0].directory / file).write_bytes(b"\x00garbage\n- [")
-    status = claims_main(["demo", "--definitions", str(tmp_path / "experiments.yaml"), "--results", str(results)])
-    err = capsys.readouterr().err
-    assert status == 3 and err.startswith("error: cannot evaluate the claims of 'demo': ")
-    assert str(runs[0].directory / file) in err and err.count("\n") == 1
+    command = ["demo", "--definitions", str(tmp_path / "experiments.yaml"), "--results", str(results)]
+
+    assert outputs_main(command) == 0
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and err.startswith("warning: ") and message in err, err
+    assert str(run.directory) in err and "SAC+HER seed 0 is left out of demo's tables" in err
+    assert "from 4 of 6 runs (1 finished but left out)" in out
+    summary = (results / "demo" / "summary.md").read_text()
+    assert "Missing seeds: PPO: [2]; SAC+HER: [0], of which left out: SAC+HER: [0]" in summary
+    assert "| 2/3 (1 left out) |" in summary
+    assert pd.read_csv(results / "demo" / "summary.csv").set_index("variant").loc["SAC+HER", "left_out"] == 1
+    table = pd.read_csv(results / "demo" / "hyperparameters.csv").set_index("parameter")
+    assert float(table.loc["Discount factor"].query("table == 'Table 3: SAC-GLAM+HER'")["SAC+HER"].item()) == 0.99
+
+    assert claims_main(command) == 0
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and message in err
+    assert "left out: SAC+HER: [0]" in out and "over 2 seeds (1.00, 0.75)" in out  # seeds 1 and 2 only
+
+
+def test_an_intact_finished_run_passes_every_check(experiment_dir):
+    _, runs = experiment_dir
+    experiment = load_experiment("demo", runs)
+    assert experiment.left_out == {} and experiment.warnings() == []
+    assert len(experiment.summaries) == 5 and experiment.missing() == {"PPO": [2]}

@@ -16,6 +16,7 @@ import yaml
 from tiny_runs import write_config
 
 from sacglam_core.metrics import COLUMNS, TIMING_COLUMNS
+from sacglam_core.pipeline import runstate
 
 TRAIN = [sys.executable, "-m", "sacglam_core.train"]
 
@@ -221,7 +222,8 @@ def test_a_finished_directory_refuses_another_configuration(tmp_path, tiny_model
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     expected = {
         "another configuration": f"{out} holds a finished run of another configuration (fingerprint ",
-        "corrupt": f"{out / 'done.json'} is unreadable (JSONDecodeError",
+        "corrupt": f"{out / 'done.json'} exists but cannot be read (Expecting ',' delimiter: line 1 column 16 "
+        f"(char 15)); {runstate.REBUILD}",
     }[done]
     assert expected in result.stderr
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != "lease"} == before
@@ -354,14 +356,26 @@ def test_output_dir_that_cannot_be_written_fails_at_start_with_one_line(tmp_path
     )
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
-def test_read_only_run_directory_fails_at_start_with_one_line(tmp_path, tiny_models):
-    out = tmp_path / "out"
-    out.mkdir(mode=0o555)
+@pytest.mark.parametrize("read_only", ["out", "out/checkpoints"])
+def test_a_read_only_run_directory_or_checkpoints_folder_fails_at_start_with_one_line(tmp_path, tiny_models, read_only):
+    """Refused before the model loads, not at the first checkpoint after minutes of training. Root writes into
+    folders without write permission, so as root the folder is made read-only by a read-only bind mount in a
+    mount namespace of the trainer's own."""
+    folder = tmp_path / read_only
+    folder.mkdir(parents=True)
     config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], algorithm="sac")
-    result = train(config, check=False)
-    assert result.returncode == 2 and result.stderr.count("\n") == 1
-    assert f"cannot write to output_dir {out}: [Errno 13] Permission denied" in result.stderr
+    command = [*TRAIN, "--config", str(config)]
+    if os.geteuid() == 0:
+        if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode:
+            pytest.skip("root without a mount namespace of its own cannot make a read-only folder")
+        mount = f'mount --bind {folder} {folder} && mount -o remount,bind,ro {folder} {folder} && exec "$@"'
+        command = ["unshare", "-m", "sh", "-c", mount, "sh", *command]
+    else:
+        folder.chmod(0o555)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr[-2000:]
+    assert result.stderr.startswith(f"error: cannot write to output_dir {tmp_path / 'out'}: ")
+    assert str(folder) in result.stderr and not (tmp_path / "out" / "config.yaml").exists()
 
 
 def test_missing_model_says_how_to_stage_it(tmp_path):

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from sacglam_core.config import dump_config, parse_config
-from sacglam_core.metrics import COLUMNS
+from sacglam_core.metrics import COLUMNS, evaluation_steps
 from sacglam_core.pipeline.config import WorkflowConfigError, load_workflow_config, parse_workflow_config, slurm_minutes
 from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load_definitions, merge
 from sacglam_core.pipeline.outputs import expected_outputs
@@ -297,10 +297,11 @@ def test_real_launch_refuses_a_plan_above_the_allocation(tmp_path):
     assert not any(tmp_path.iterdir())  # nothing was launched or written
 
 
-def fake_finished_run(run: Run, steps: list[int], marker: bool = True) -> None:
+def fake_finished_run(run: Run, marker: bool = True) -> None:
     """A run as the trainer leaves it when finished (metrics, config, done.json) and, optionally, its marker."""
     run.directory.mkdir(parents=True, exist_ok=True)
     rows = []
+    steps = evaluation_steps(run.config)
     for i, step in enumerate(steps):
         row = dict.fromkeys(COLUMNS, "")
         row |= {"env_steps": step, "wall_seconds": 10.0 * i, "eval_success": 0.1 * i, "eval_success_test": 0.05 * i}
@@ -310,6 +311,7 @@ def fake_finished_run(run: Run, steps: list[int], marker: bool = True) -> None:
     summary = {
         "env_steps": steps[-1],
         "wall_seconds": 10.0 * len(steps),
+        "eval_success": 0.1 * (len(steps) - 1),
         "gpus": 0,
         "fingerprint": run.config.fingerprint,
     }
@@ -338,7 +340,7 @@ def test_finished_runs_are_final_whatever_changes(tmp_path, definitions):
     (tmp_path / "models" / "tiny-causal").mkdir()
     runs = smoke_runs(tmp_path, definitions)
     for run in runs:
-        fake_finished_run(run, [0, 512, 1024], marker=run is not runs[0])
+        fake_finished_run(run, marker=run is not runs[0])
     time.sleep(0.05)
     for path in [*ROOT.glob("sacglam_core/**/*.py"), *ROOT.glob("workflow/**/*"), ROOT / "pyproject.toml"]:
         if path.is_file():
@@ -364,7 +366,7 @@ def test_finished_runs_are_final_whatever_changes(tmp_path, definitions):
 def test_mid_campaign_figures_and_report(tmp_path, definitions):
     """One experiment finished, one not started: `figures` and `--report` work, and say what they skip."""
     for run in smoke_runs(tmp_path, definitions):
-        fake_finished_run(run, [0, 512, 1024])
+        fake_finished_run(run)
     config = local_config(tmp_path, ["smoke", "mini"])
     figures = snakemake("--profile", "profiles/local", "--config", *config, "--", "figures")
     out = figures.stdout + figures.stderr
@@ -376,6 +378,57 @@ def test_mid_campaign_figures_and_report(tmp_path, definitions):
     made = snakemake("--profile", "profiles/local", "--config", *config, "--report", str(report))
     assert made.returncode == 0, (made.stdout + made.stderr)[-3000:]
     assert "figure2.png" in report.read_text()
+
+
+# Fault injection for the aggregation's own process only: writing summary.md fails as on a full disk, after the
+# figures have been rewritten.
+DISK_FULL_AT_SUMMARY = """
+import errno, os, sys
+if "sacglam_core.pipeline.outputs" in sys.orig_argv:
+    replace = os.replace
+    def failing(src, dst, *args, **kwargs):
+        if str(dst).endswith("summary.md"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
+        return replace(src, dst, *args, **kwargs)
+    os.replace = failing
+"""
+
+
+def test_damaged_runs_and_failed_aggregations_never_cost_the_tables_already_made(tmp_path, definitions):
+    """A finished run whose metrics.csv is gone is left out with one warning line on the console; an aggregation that
+    fails (here a full disk halfway through) ends with one line and puts every figure and table back as it was."""
+    (tmp_path / "models" / "tiny-t5").mkdir(parents=True)
+    (tmp_path / "models" / "tiny-causal").mkdir()
+    runs = smoke_runs(tmp_path, definitions)
+    for run in runs:
+        fake_finished_run(run)
+    config = local_config(tmp_path, ["smoke"])
+    outputs = expected_outputs("smoke", definitions["experiments"]["smoke"], tmp_path / "results")
+    first = snakemake("--profile", "profiles/local", "--config", *config)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+
+    (runs[0].directory / "metrics.csv").unlink()
+    (runs[0].directory / MARKER).unlink()  # written again at once (done.json exists): the experiment is aggregated
+    damaged = snakemake("--profile", "profiles/local", "--config", *config)
+    out = damaged.stdout + damaged.stderr
+    assert damaged.returncode == 0, out[-3000:]
+    warnings = [line for line in out.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1 and f"cannot read metrics file {runs[0].directory / 'metrics.csv'}" in warnings[0]
+    assert "Traceback" not in out and "| 0/1 (1 left out) |" in (tmp_path / "results/smoke/summary.md").read_text()
+    made = {path: path.read_bytes() for path in outputs}
+
+    (tmp_path / "inject").mkdir()
+    (tmp_path / "inject" / "sitecustomize.py").write_text(DISK_FULL_AT_SUMMARY)
+    (runs[1].directory / MARKER).unlink()
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "inject")}
+    failed = snakemake("--profile", "profiles/local", "--config", *config, env=env)
+    out = failed.stdout + failed.stderr
+    assert failed.returncode == 1, out[-3000:]
+    errors = [line for line in out.splitlines() if line.startswith("error: ")]
+    assert errors == ["error: smoke: cannot write its figures and tables: [Errno 28] No space left on device: "
+                      f"'{tmp_path / 'results/smoke/summary.md'}'"]  # fmt: skip
+    assert "Traceback" not in out and "Restored previous version" in out
+    assert {path: path.read_bytes() for path in outputs} == made
 
 
 def test_preflight_refuses_to_resume_with_other_ranks(tmp_path, definitions):

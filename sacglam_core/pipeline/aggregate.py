@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,8 @@ from scipy import stats
 from sacglam_core.config import ConfigError, RunConfig, load_config
 from sacglam_core.envs import GoalType
 from sacglam_core.evaluation import metric_name
+from sacglam_core.metrics import evaluation_steps
+from sacglam_core.pipeline import runstate
 from sacglam_core.pipeline.experiments import Run
 
 REQUIRED_COLUMNS = ("env_steps", "wall_seconds", "eval_success")
@@ -25,8 +28,8 @@ GOAL_TYPE_COLUMNS = {t: metric_name(t) for t in GoalType}
 
 
 class MetricsFileError(ValueError):
-    """A finished run's metrics (metrics.csv, done.json) or config.yaml that cannot be read; the message
-    names the file."""
+    """A finished run whose files (metrics.csv, done.json, config.yaml) cannot be read or do not agree with each
+    other; the message names the file and what is wrong."""
 
 
 def _short_rows(path: Path) -> str | None:
@@ -62,6 +65,68 @@ def read_metrics(path: Path) -> pd.DataFrame:
     return numeric
 
 
+def _read_summary(path: Path) -> dict:
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise MetricsFileError(f"cannot read run summary {path}: {error}") from None
+    if not isinstance(summary, dict):
+        raise MetricsFileError(f"run summary {path} is not a JSON object")
+    for key, kind in (("fingerprint", str), ("env_steps", int), ("eval_success", int | float)):
+        if isinstance(summary.get(key), bool) or not isinstance(summary.get(key), kind):
+            raise MetricsFileError(f"run summary {path} records no {key}")
+    return summary
+
+
+def _steps_list(steps) -> str:
+    steps = sorted(steps)
+    return ", ".join(f"{s:,}" for s in steps[:5]) + (f" and {len(steps) - 5} more" if len(steps) > 5 else "")
+
+
+def finished_run(run: Run) -> tuple[pd.DataFrame, dict, RunConfig]:
+    """A finished run's metrics, done.json and configuration, once they agree: the configuration in config.yaml
+    is the one whose fingerprint done.json records, and metrics.csv holds exactly one row per evaluation that
+    configuration makes, ending at the step and with the final success that done.json records. A file damaged
+    or edited after the run finished fails one of these; the error names the file and what is wrong."""
+    done = run.directory / runstate.DONE
+    summary = _read_summary(done)
+    config_file = run.directory / "config.yaml"
+    try:
+        config = load_config(config_file)
+    except ConfigError as error:
+        raise MetricsFileError(str(error)) from None
+    if config.fingerprint != summary["fingerprint"]:
+        raise MetricsFileError(
+            f"run configuration {config_file} has fingerprint {config.fingerprint}, but {done} records "
+            f"{summary['fingerprint']}: it is not the configuration the run trained with (edited?)"
+        )
+    path = run.directory / "metrics.csv"
+    table = read_metrics(path)
+    steps = table["env_steps"].astype(int).tolist()
+    expected = evaluation_steps(config)
+    if steps[-1] != summary["env_steps"]:
+        raise MetricsFileError(
+            f"metrics file {path} ends at step {steps[-1]:,}, but {done} records {summary['env_steps']:,}"
+        )
+    repeated = {s for s in steps if steps.count(s) > 1}
+    if repeated:
+        raise MetricsFileError(f"metrics file {path} repeats the evaluations at steps {_steps_list(repeated)}")
+    missing = set(expected) - set(steps)
+    if missing:
+        raise MetricsFileError(f"metrics file {path} lacks the evaluations at steps {_steps_list(missing)}")
+    extra = set(steps) - set(expected)
+    if extra:
+        raise MetricsFileError(
+            f"metrics file {path} has evaluations at steps {_steps_list(extra)}, which {config_file} never makes"
+        )
+    final = float(table["eval_success"].iloc[-1])
+    if not math.isclose(final, summary["eval_success"], rel_tol=1e-9, abs_tol=1e-12):
+        raise MetricsFileError(
+            f"metrics file {path} ends with success {final:.4g}, but {done} records {summary['eval_success']:.4g}"
+        )
+    return table, summary, config
+
+
 @dataclass
 class Experiment:
     """The finished runs of one experiment (long table: one row per run and evaluation) and what is missing."""
@@ -71,6 +136,7 @@ class Experiment:
     summaries: dict[tuple[str, int], dict]  # (variant, seed) -> done.json
     expected: dict[str, list[int]]  # variant -> seeds
     configs: dict[str, RunConfig]  # variant -> the configuration a run used
+    left_out: dict[tuple[str, int], str] = field(default_factory=dict)  # finished runs that failed a check: why
 
     @property
     def variants(self) -> list[str]:
@@ -80,48 +146,60 @@ class Experiment:
         return sorted(self.curves.loc[self.curves["variant"] == variant, "seed"].unique().tolist())
 
     def missing(self) -> dict[str, list[int]]:
+        """Seeds without usable results, per variant: unfinished or left out."""
         return {v: sorted(set(s) - set(self.seeds(v))) for v, s in self.expected.items() if set(s) - set(self.seeds(v))}
+
+    def left_out_seeds(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for variant, seed in sorted(self.left_out):
+            out.setdefault(variant, []).append(seed)
+        return out
+
+    def missing_note(self) -> str:
+        """The seeds without results, and among them the finished runs left out because a check failed."""
+        parts = [
+            f"{what}: " + "; ".join(f"{v}: {s}" for v, s in seeds.items())
+            for what, seeds in (("Missing seeds", self.missing()), ("left out", self.left_out_seeds()))
+            if seeds
+        ]
+        if self.left_out:
+            parts[-1] += " (finished, but their files failed the aggregation's checks; the warnings say why)"
+        return ", of which ".join(parts)
+
+    def warnings(self) -> list[str]:
+        """One line per finished run left out of the tables."""
+        return [
+            f"warning: {problem}; {variant} seed {seed} is left out of {self.name}'s tables ({runstate.REBUILD})"
+            for (variant, seed), problem in sorted(self.left_out.items())
+        ]
 
     def label(self, variant: str) -> str:
         return f"{variant} (n={len(self.seeds(variant))}/{len(self.expected[variant])})"
 
 
 def load_experiment(name: str, runs: list[Run]) -> Experiment:
-    """Metrics of the runs that finished (a done.json); the others are reported as missing seeds."""
-    frames, summaries, expected, configs = [], {}, {}, {}
+    """Metrics of the runs that finished (a done.json) and pass `finished_run`'s checks; the others are missing
+    seeds, and those that finished but failed a check are `left_out`, with why."""
+    frames, summaries, expected, configs, left_out = [], {}, {}, {}, {}
     for run in runs:
         expected.setdefault(run.variant, []).append(run.seed)
-        done = run.directory / "done.json"
-        if not done.exists():
+        if not (run.directory / runstate.DONE).exists():
             continue
-        table = read_metrics(run.directory / "metrics.csv")
+        try:
+            table, summary, used = finished_run(run)
+        except MetricsFileError as error:
+            left_out[(run.variant, run.seed)] = str(error)
+            continue
         table.insert(0, "seed", run.seed)
         table.insert(0, "variant", run.variant)
         table["wall_hours"] = table["wall_seconds"] / 3600
         table["train_hours"] = table["train_seconds"] / 3600 if "train_seconds" in table else float("nan")
         frames.append(table)
-        summaries[(run.variant, run.seed)] = _read_summary(done)
-        config_file = run.directory / "config.yaml"
-        used = run.config
-        if config_file.exists():
-            try:
-                used = load_config(config_file)
-            except ConfigError as error:
-                raise MetricsFileError(str(error)) from None
+        summaries[(run.variant, run.seed)] = summary
         configs.setdefault(run.variant, used)
     empty = pd.DataFrame(columns=["variant", "seed", *REQUIRED_COLUMNS])
     curves = pd.concat(frames, ignore_index=True) if frames else empty
-    return Experiment(name, curves, summaries, expected, configs)
-
-
-def _read_summary(path: Path) -> dict:
-    try:
-        summary = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise MetricsFileError(f"cannot read run summary {path}: {error}") from None
-    if not isinstance(summary, dict):
-        raise MetricsFileError(f"run summary {path} is not a JSON object")
-    return summary
+    return Experiment(name, curves, summaries, expected, configs, left_out)
 
 
 # -- per-run statistics ---------------------------------------------------------------------------
@@ -171,6 +249,7 @@ def summary_table(experiment: Experiment) -> pd.DataFrame:
     for variant in experiment.variants:
         mine = runs[runs["variant"] == variant] if len(runs) else runs
         row = {"variant": variant, "seeds": f"{len(mine)}/{len(experiment.expected[variant])}"}
+        row["left_out"] = len(experiment.left_out_seeds().get(variant, []))
         for column in [c for c in runs.columns if c not in ("variant", "seed")]:
             values = mine[column].dropna().to_numpy(float) if len(mine) else np.array([])
             row[f"{column}_mean"] = float(values.mean()) if len(values) else np.nan

@@ -17,8 +17,8 @@ at least `at_least`; a `time` claim when the ratio of mean training times is at 
 printed with its 95% bootstrap interval (seeds of each variant resampled independently): with 5 seeds the
 interval is wide, and says how far the evidence goes.
 
-Exit status: 0 every claim holds, 1 a claim fails, 2 bad command line or experiment definition, 3 the
-claims cannot be evaluated (a finished run's metrics.csv, done.json or config.yaml cannot be read).
+Exit status: 0 every claim holds, 1 a claim fails, 2 bad command line or experiment definition. A finished run
+whose files do not agree (aggregate.finished_run) is left out with one warning line, as from the tables.
 
 The random policy is evaluated on the same evaluation plan (goals and scenes) as the runs.
 """
@@ -38,15 +38,12 @@ from sacglam_core.distributed import Ranks
 from sacglam_core.evaluation import evaluate, random_policy
 from sacglam_core.pipeline.aggregate import (
     Experiment,
-    MetricsFileError,
     load_experiment,
     per_run,
     probability_of_improvement,
     stratified_bootstrap,
 )
 from sacglam_core.pipeline.experiments import ExperimentError, expand, load_definitions, parse_claims
-
-EXIT_CANNOT_EVALUATE = 3
 
 
 @dataclass(frozen=True)
@@ -154,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         if not claims:
             raise ExperimentError(f"experiment {args.experiment!r} states no `claims:` in {args.definitions}")
         experiment = load_experiment(args.experiment, runs)
+        for warning in experiment.warnings():
+            print(warning, file=sys.stderr)
         if args.from_step is not None:
             experiment = late_window(experiment, args.from_step)
             print(f"AUCs over the evaluations from step {args.from_step:,} on")
@@ -161,11 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     except ExperimentError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except MetricsFileError as error:
-        print(f"error: cannot evaluate the claims of {args.experiment!r}: {error}", file=sys.stderr)
-        return EXIT_CANNOT_EVALUATE
-    if experiment.missing():
-        print(f"missing seeds: {experiment.missing()}")
+    note = experiment.missing_note()
+    if note:
+        print(note[0].lower() + note[1:])
     for claim in results:
         print(f"{'HOLDS ' if claim.holds else 'FAILS '} {claim.statement}: {claim.evidence}")
     return 0 if all(c.holds for c in results) else 1

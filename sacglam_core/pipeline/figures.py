@@ -57,8 +57,8 @@ def curves_figure(experiment: Experiment, spec: dict, title: str) -> plt.Figure:
         ax.set_ylabel(Y_LABELS.get(metric, metric))
         ax.set_title(name)
         ax.legend(fontsize=8, loc="best")
-    missing = experiment.missing()
-    note = "" if not missing else "\nmissing seeds: " + "; ".join(f"{v}: {s}" for v, s in missing.items())
+    note = experiment.missing_note()
+    note = f"\n{note[0].lower()}{note[1:]}" if note else ""
     fig.suptitle(f"{title} ({experiment.name}): mean and std across seeds{note}", fontsize=10)
     fig.tight_layout()
     return fig

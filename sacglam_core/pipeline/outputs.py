@@ -4,7 +4,8 @@ and tables (CSV and Markdown).
     python -m sacglam_core.pipeline.outputs main critic_architecture [--definitions ... --results ... --models ...]
 
 writes them from the runs that finished so far (the workflow's `aggregate_*` and `figures` rules run this);
-an experiment without a finished run is skipped with a message. The list of outputs is known without
+a finished run whose files do not agree is left out with one warning line (aggregate.finished_run), and an
+experiment without a usable run is skipped with a message. Every error is one line. The list of outputs is known without
 reading any metrics, and without importing pandas or matplotlib (the workflow reads it at parse time).
 """
 
@@ -13,9 +14,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sacglam_core.pipeline import runstate
-from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load_definitions
+from sacglam_core.pipeline.experiments import ExperimentError, expand, load_definitions
+
+if TYPE_CHECKING:
+    from sacglam_core.pipeline.aggregate import Experiment
 
 TABLES = ("summary", "iqm", "probability_of_improvement", "hyperparameters")
 
@@ -31,14 +35,12 @@ def expected_outputs(name: str, definition: dict, results: Path) -> list[Path]:
     return figures + [out / f"{table}{suffix}" for table in TABLES for suffix in (".csv", ".md")]
 
 
-def write_experiment_results(name: str, definition: dict, runs: list[Run], results: Path) -> list[Path]:
-    """Figures and tables from the finished runs among `runs` (missing seeds are said, not fatal)."""
-    from sacglam_core.pipeline.aggregate import load_experiment
+def write_experiment_results(experiment: Experiment, definition: dict, results: Path) -> list[Path]:
+    """Figures and tables of the experiment's usable runs (missing and left-out seeds are said, not fatal)."""
     from sacglam_core.pipeline.figures import curves_figure, write_figure
     from sacglam_core.pipeline.tables import write_tables
 
-    experiment = load_experiment(name, runs)
-    out = Path(results) / name
+    out = Path(results) / experiment.name
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for stem, spec in figure_specs(definition).items():
@@ -60,14 +62,25 @@ def main(argv: list[str] | None = None) -> int:
     except ExperimentError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    from sacglam_core.pipeline.aggregate import load_experiment
+
     for name in args.experiments:
         mine = [run for run in runs if run.experiment == name]
-        finished = sum(runstate.finished(run.directory) is not None for run in mine)
-        if not finished:
-            print(f"{name}: no finished runs yet ({len(mine)} planned): skipped, its figures and tables are not made")
+        experiment = load_experiment(name, mine)
+        for warning in experiment.warnings():
+            print(warning, file=sys.stderr)
+        usable, left_out = len(experiment.summaries), len(experiment.left_out)
+        if not usable:
+            what = f"all {left_out} finished runs are left out" if left_out else "no finished runs yet"
+            print(f"{name}: {what} ({len(mine)} planned): skipped, its figures and tables are not made")
             continue
-        paths = write_experiment_results(name, definitions["experiments"][name], mine, Path(args.results))
-        print(f"{name}: {len(paths)} figures and tables from {finished} of {len(mine)} runs in {paths[0].parent}")
+        try:
+            paths = write_experiment_results(experiment, definitions["experiments"][name], Path(args.results))
+        except (OSError, ValueError) as error:  # a full disk, a figure that cannot be drawn: one line
+            print(f"error: {name}: cannot write its figures and tables: {error}", file=sys.stderr)
+            return 1
+        runs_used = f"{usable} of {len(mine)} runs" + (f" ({left_out} finished but left out)" if left_out else "")
+        print(f"{name}: {len(paths)} figures and tables from {runs_used} in {paths[0].parent}")
     return 0
 
 

@@ -17,6 +17,9 @@ from sacglam_core.atomic import write_text
 DONE = "done.json"
 JOB_RECORD = "job.json"
 MARKER = "train.done"
+# What to do about a finished run whose files are damaged: its last checkpoint is the finished state, from which
+# the trainer writes done.json, metrics.csv and config.yaml again without training a step.
+REBUILD = f"delete the run's {DONE} and {MARKER} and run again: its files are rebuilt from its last checkpoint"
 
 
 class RunStateError(ValueError):
@@ -38,9 +41,9 @@ def finished(run_dir: Path) -> dict | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as error:
-        raise RunStateError(f"{path} exists but cannot be read ({error}); move the run directory aside") from None
+        raise RunStateError(f"{path} exists but cannot be read ({error}); {REBUILD}") from None
     if not isinstance(summary, dict):
-        raise RunStateError(f"{path} does not hold a run summary; move the run directory aside")
+        raise RunStateError(f"{path} does not hold a run summary; {REBUILD}")
     return summary
 
 

@@ -196,7 +196,8 @@ def _steps(mean: float, std: float, reached: str) -> str:
 
 
 def summary_markdown(summary: pd.DataFrame) -> pd.DataFrame:
-    out = pd.DataFrame({"variant": summary["variant"], "seeds": summary["seeds"]})
+    seeds = [f"{n} ({k} left out)" if k else n for n, k in zip(summary["seeds"], summary["left_out"])]
+    out = pd.DataFrame({"variant": summary["variant"], "seeds": seeds})
     out["final success"] = [_pm(m, s) for m, s in zip(summary["final_success_mean"], summary["final_success_std"])]
     out["AUC"] = [_pm(m, s) for m, s in zip(summary["auc_mean"], summary["auc_std"])]
     for t in (50, 80):
@@ -221,10 +222,8 @@ def write_table(table: pd.DataFrame, stem: Path, markdown: pd.DataFrame | None =
 
 
 def write_tables(experiment: Experiment, out: Path) -> list[Path]:
-    missing = experiment.missing()
-    note = "" if not missing else "Missing seeds: " + "; ".join(f"{v}: {s}" for v, s in missing.items())
     summary = summary_table(experiment)
-    paths = write_table(summary, out / "summary", summary_markdown(summary), note)
+    paths = write_table(summary, out / "summary", summary_markdown(summary), experiment.missing_note())
     iqm, improvement = robust_table(experiment)
     ci = "95% stratified-bootstrap confidence interval"
     paths += write_table(iqm, out / "iqm", note=f"Interquartile mean of the final success per goal type, {ci}")

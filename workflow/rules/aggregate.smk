@@ -1,5 +1,7 @@
 # Aggregation: each experiment's figures and tables, made again whenever one of its runs finishes;
-# Figure 4 from the environment itself; the measured calibration of the GPU-hour budget.
+# Figure 4 from the environment itself; the measured calibration of the GPU-hour budget. The figures and tables
+# are `update()` outputs: Snakemake keeps the previous ones while the aggregation runs and puts them back if it
+# fails. Its warnings (finished runs left out) and errors are one line each, on the console and in aggregate.log.
 #   snakemake figures                          every figure and table again from the metrics that exist
 #   snakemake --report results/report.html     the HTML report of the outputs made so far
 
@@ -13,11 +15,11 @@ for _name in SETTINGS.experiments:
             [marker(run) for run in runs_of(_name)],
         output:
             [
-                report_if_present(path, caption="../report/figure.rst", category=_name, subcategory="figures")
+                report_if_present(update(path), caption="../report/figure.rst", category=_name, subcategory="figures")
                 if path.endswith(".png")
-                else report_if_present(path, caption="../report/table.rst", category=_name, subcategory="tables")
+                else report_if_present(update(path), caption="../report/table.rst", category=_name, subcategory="tables")
                 if path.endswith(".csv")
-                else path
+                else update(path)
                 for path in aggregate_outputs(_name)
             ],
         log:
@@ -28,7 +30,7 @@ for _name in SETTINGS.experiments:
         run:
             shell(
                 "{params.python} -m sacglam_core.pipeline.outputs {params.experiment} --definitions {SETTINGS.experiment_file} --results {RESULTS} --models {MODELS} "
-                "> {log} 2>&1"
+                "2>&1 | tee {log}"
             )
 
 
