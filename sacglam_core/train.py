@@ -7,7 +7,8 @@ The run writes into `output_dir`: `config.yaml`, `metrics.csv` (one row per eval
 `checkpoints/` and, when finished, `done.json`. Started again on the same folder it resumes from the
 newest good checkpoint and gives the same numbers as an uninterrupted run. SIGTERM or SIGUSR2 (SLURM's
 time limit or preemption) and SIGINT (Ctrl-C) make it checkpoint and exit with status 75, meaning
-"requeue me" (during start-up, before any step, it exits 75 without writing a checkpoint).
+"requeue me" (during start-up, before any step, it exits 75 without writing a checkpoint); so does the death of
+the local driver that started it with --driver-pid.
 
 Exit status: 0 finished (or already finished), 75 stopped before the end (run again to resume),
 2 refused at start with one line: bad configuration, another trainer holds the directory, the directory
@@ -17,6 +18,7 @@ holds another configuration's run or is not writable, a model that cannot be fou
 # Only light imports here: the signal handlers go in before torch and transformers load (seconds), so
 # that a time-limit or preemption signal during start-up still ends in status 75, not 143.
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -36,7 +38,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--stop-at-steps", type=int, help="checkpoint and stop (as if preempted) after this many environment steps"
     )
+    parser.add_argument(
+        "--driver-pid",
+        type=int,
+        help="checkpoint and stop (status 75) once process PID is no longer this one's parent: the local driver that "
+        "started it is gone (kill -9 leaves its children running), and the next invocation resumes the run",
+    )
     args = parser.parse_args(argv)
+    if args.driver_pid is not None:
+        watch_driver(args.driver_pid, stop)
 
     from sacglam_core.config import ConfigError, load_config  # light: bad input fails before torch loads
 
@@ -64,6 +74,18 @@ def main(argv: list[str] | None = None) -> int:
         # arriving then would kill a finished trainer (-12). Ignored signals stay ignored through shutdown.
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
+
+
+def watch_driver(pid: int, stop: threading.Event, interval_s: float = 1.0) -> None:
+    """Set `stop` once `pid` is no longer the parent of this process (the parent's death re-parents it)."""
+
+    def watch() -> None:
+        while not stop.wait(interval_s):
+            if os.getppid() != pid:
+                print(f"its driver (pid {pid}) is gone: checkpointing and stopping", file=sys.stderr, flush=True)
+                stop.set()
+
+    threading.Thread(target=watch, name="driver-watch", daemon=True).start()
 
 
 if __name__ == "__main__":

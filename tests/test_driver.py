@@ -246,6 +246,72 @@ def test_one_driver_per_results_folder(setup):
             signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
 
 
+@pytest.mark.parametrize("executor, stopping", [
+    ("slurm", "its SLURM jobs keep running and this command re-attaches to them"),
+    ("local", "its trainers checkpoint and stop, and this command resumes them"),
+])  # fmt: skip
+def test_a_second_driver_is_told_what_stopping_the_first_does(tmp_path, executor, stopping):
+    settings = parse_workflow_config(
+        {"experiments": ["smoke"], "results": str(tmp_path / "results"), "launcher": {"executor": executor}}
+    )
+    first = driving.Driver(settings)
+    first.lock()
+    try:
+        with pytest.raises(driving.DriverError) as refused:
+            driving.Driver(settings).lock()
+        assert str(refused.value).endswith(f"(kill {os.getpid()}: {stopping})")
+    finally:
+        first._lease.release()
+
+
+HOLD_THEN_MAYBE_FINISH = """
+import json, sys, time
+from pathlib import Path
+from sacglam_core.lease import RunLease
+lease = RunLease(sys.argv[1])
+lease.acquire()
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+if sys.argv[3] == "finish":
+    (Path(sys.argv[1]) / "done.json").write_text(json.dumps({"env_steps": 1024, "fingerprint": None}))
+"""
+
+
+@pytest.mark.parametrize("outcome", ["stops", "finish"])
+def test_a_local_run_held_by_an_earlier_trainer_is_waited_for_not_started_twice(setup, monkeypatch, outcome):
+    """A trainer left by a killed driver (or started by hand) holds the run's lease: the local driver waits for it
+    to end, then resumes the run, or finds it finished; it never starts a second trainer that the lease refuses."""
+    settings, runs, _ = setup
+    settings = parse_workflow_config(
+        {"experiments": ["smoke"], "results": settings.results, "launcher": {"executor": "local"}}
+    )
+    run = runs[0]
+    started = []
+
+    def trainer(run_dir, command, stop, log):
+        started.append(time.monotonic())
+        (run_dir / "done.json").write_text(json.dumps({"env_steps": 1024, "fingerprint": None}))
+        return 0
+
+    monkeypatch.setattr(launch, "run_locally", trainer)
+    earlier = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THEN_MAYBE_FINISH, str(run.directory), "2", outcome],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert earlier.stdout.readline().strip() == "held"
+    thread, errors = train_in_thread(driving.Driver(settings), run)
+    thread.join(30)
+    ended = time.monotonic()
+    assert earlier.wait(1) == 0 and not errors and (run.directory / runstate.MARKER).exists()
+    log = (run.directory / "driver.log").read_text()
+    assert f"waiting for pid {earlier.pid} on " in log and "which holds the run's lease, to end" in log
+    if outcome == "finish":
+        assert started == [] and "finished by the trainer that held it: nothing to start" in log
+    else:
+        assert len(started) == 1 and started[0] <= ended and "trainer started locally, from the start" in log
+
+
 def test_the_trainer_runs_the_repositorys_code_in_a_clean_environment(tmp_path, monkeypatch):
     settings = parse_workflow_config(
         {"experiments": ["main"], "launcher": {"container": "image.sif", "binds": ["/opt"]}}

@@ -253,6 +253,43 @@ def test_a_second_trainer_on_a_directory_in_use_exits_at_once_naming_the_holder(
     assert [p.name for p in out.iterdir()] == ["lease"]  # nothing else touched
 
 
+DRIVER_THAT_WILL_BE_KILLED = """
+import os, subprocess, sys, time
+with open(sys.argv[1], "ab") as log:
+    trainer = subprocess.Popen([*sys.argv[2:], "--driver-pid", str(os.getpid())], stdout=log, stderr=log)
+print(trainer.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_trainer_whose_driver_is_killed_checkpoints_and_stops(tmp_path, tiny_models):
+    """kill -9 of the local driver leaves its trainer running, re-parented: it notices within a second, checkpoints
+    and exits, so that the next invocation resumes the run instead of finding its lease held by an orphan."""
+    config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], total_steps=100_000, **SAC_HER)
+    log = tmp_path / "trainer.log"
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER_THAT_WILL_BE_KILLED, str(log), *TRAIN, "--config", str(config)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    trainer = int(driver.stdout.readline())
+    checkpoints = tmp_path / "out" / "checkpoints"
+    deadline = time.monotonic() + 300
+    while not list(checkpoints.glob("ckpt-*.json")):
+        assert time.monotonic() < deadline and driver.poll() is None, log.read_text()[-2000:]
+        time.sleep(0.2)
+    driver.kill()
+    driver.wait()
+    deadline = time.monotonic() + 120
+    while Path(f"/proc/{trainer}").exists() and "State:\tZ" not in Path(f"/proc/{trainer}/status").read_text():
+        assert time.monotonic() < deadline, "the orphaned trainer is still running"
+        time.sleep(0.2)
+    text = log.read_text()
+    assert f"its driver (pid {driver.pid}) is gone: checkpointing and stopping" in text
+    stopped_at = int(text.split("checkpointed at ")[1].split(" steps")[0])
+    assert stopped_at > 0 and (checkpoints / f"ckpt-{stopped_at:09d}.json").exists()
+
+
 def test_lost_metrics_rows_are_restored_from_the_checkpoint(tmp_path, tiny_models):
     config = write_config(
         tmp_path / "run.yaml", tiny_models["tiny-t5"], total_steps=128, eval={"every_steps": 32}, **SAC_HER

@@ -13,7 +13,9 @@ import pytest
 import yaml
 
 from sacglam_core.config import dump_config, parse_config
+from sacglam_core.lease import holder
 from sacglam_core.metrics import COLUMNS, evaluation_steps
+from sacglam_core.pipeline.aggregate import load_experiment
 from sacglam_core.pipeline.config import WorkflowConfigError, load_workflow_config, parse_workflow_config, slurm_minutes
 from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load_definitions, merge
 from sacglam_core.pipeline.outputs import expected_outputs
@@ -429,6 +431,45 @@ def test_damaged_runs_and_failed_aggregations_never_cost_the_tables_already_made
                       f"'{tmp_path / 'results/smoke/summary.md'}'"]  # fmt: skip
     assert "Traceback" not in out and "Restored previous version" in out
     assert {path: path.read_bytes() for path in outputs} == made
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_local_driver_then_the_same_command_resumes_every_run_once(tmp_path, definitions, tiny_models):
+    """kill -9 of a local Snakemake mid-campaign: its trainers checkpoint and stop on their own; the same command
+    then finishes every run from its checkpoint, never against a lease held by an orphan (about 3 minutes)."""
+    longer = merge(definitions, {"experiments": {"smoke": {"settings": {"total_steps": 2048}}}})
+    experiment_file = tmp_path / "experiments.yaml"
+    experiment_file.write_text(yaml.safe_dump(longer))
+    runs = expand(longer, ["smoke"], tmp_path / "results", {"models": str(tiny_models["tiny-t5"].parent)})
+    config = [f"experiment_file={experiment_file}", *local_config(tmp_path, ["smoke"])]
+    config = [c if not c.startswith("models=") else f"models={tiny_models['tiny-t5'].parent}" for c in config]
+    command = ["--profile", "profiles/local", "--config", *config, "--", *[str(r.directory / MARKER) for r in runs]]
+    with open(tmp_path / "first.log", "w") as log:
+        first = subprocess.Popen(
+            [*SNAKEMAKE, "--nolock", *command], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    deadline = time.monotonic() + 300
+    while not any(list((r.directory / "checkpoints").glob("ckpt-*.json")) for r in runs if holder(r.directory)):
+        assert time.monotonic() < deadline and first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        time.sleep(0.2)
+    orphans = {r.directory: holder(r.directory)["pid"] for r in runs if holder(r.directory)}
+    first.kill()  # SIGKILL to Snakemake alone: its trainers live on, re-parented
+    first.wait()
+
+    second = snakemake(*command)
+    out = second.stdout + second.stderr
+    assert second.returncode == 0, out[-3000:]
+    assert all(not Path(f"/proc/{pid}/cmdline").exists() or not Path(f"/proc/{pid}/cmdline").read_bytes()
+               for pid in orphans.values())  # fmt: skip
+    for run in runs:
+        text = (run.directory / "trainer.log").read_text()
+        assert "one trainer per run directory" not in text and "in use by" not in out
+        if run.directory in orphans:
+            assert "is gone: checkpointing and stopping" in text and "resumed at" in text
+            assert text.index("checkpointing and stopping") < text.index("resumed at")
+        done = json.loads((run.directory / "done.json").read_text())
+        assert done["env_steps"] == 2048
+    assert load_experiment("smoke", runs).left_out == {}  # one metrics row per evaluation: nothing trained twice
 
 
 def test_preflight_refuses_to_resume_with_other_ranks(tmp_path, definitions):

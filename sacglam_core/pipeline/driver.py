@@ -11,7 +11,9 @@ waits for them, all in Snakemake's own process (the `train` rule's `run:` execut
   window between sbatch and job.json), else the SLURM job of a trainer holding the run's lease.
 - **Signals detach.** SIGHUP, SIGTERM and Ctrl-C make the waiting threads return at once without cancelling
   anything; the jobs keep running and the next invocation re-attaches. Cancelling is `scancel` (README).
-  Under the local executor the runs are local processes: they checkpoint and stop.
+  Under the local executor the runs are local processes: they checkpoint and stop; so do they when the driver
+  is killed outright (kill -9: each trainer watches its parent), and the next invocation waits for any trainer
+  still holding a run's lease before it resumes the run.
 - **One driver per results folder.** An flock on `<results>/.driver/lease` (the run-lease mechanism), held
   while training is planned; it dies with the process, so a killed driver leaves nothing to unlock.
 """
@@ -171,10 +173,14 @@ class Driver:
         except LeaseHeldError:
             other = holder(directory) or {}
             since = datetime.fromtimestamp(other.get("time", 0)).strftime("%Y-%m-%d %H:%M")
+            stopping = (
+                "its SLURM jobs keep running and this command re-attaches to them"
+                if self.on_slurm
+                else "its trainers checkpoint and stop, and this command resumes them"
+            )
             raise DriverError(
                 f"another Snakemake drives {self.results} (pid {other.get('pid')} on {other.get('host')}, since "
-                f"{since}); wait for it, or stop it (kill {other.get('pid')}: its SLURM jobs keep running and "
-                f"this command re-attaches to them)"
+                f"{since}); wait for it, or stop it (kill {other.get('pid')}: {stopping})"
             ) from None
         self._lease = lease
 
@@ -276,7 +282,13 @@ class Driver:
     def _locally(self, run: Run, note: RunLog) -> None:
         from sacglam_core.pipeline.launch import run_locally
 
-        note("started locally", echo=False)
+        self._wait_for_holder(run, note)
+        if runstate.finished(run.directory) is not None:
+            note("finished by the trainer that held it: nothing to start")
+            return
+        progress = runstate.progress(run.directory)
+        start = f"its checkpoint at {progress.steps:,} steps" if progress else "the start"
+        note(f"trainer started locally, from {start}", echo=False)
         status = run_locally(run.directory, self._command(run), self.stop, run.directory / "trainer.log")
         if status == EXIT_PREEMPTED and self.stop.is_set():
             raise Detached()
@@ -284,6 +296,19 @@ class Driver:
             raise RunFailed(
                 f"{run.directory}: the trainer exited with status {status}; see {run.directory}/trainer.log"
             )
+
+    def _wait_for_holder(self, run: Run, note: RunLog) -> None:
+        """Wait while another process holds the run's lease: a trainer of an earlier invocation (a killed driver's
+        trainer checkpoints and stops within seconds) or one started by hand; starting a second one would only be
+        refused by the lease."""
+        waiting = None
+        while (trainer := holder(run.directory)) is not None:
+            if self.stop.is_set():
+                raise Detached()
+            if trainer.get("pid") != waiting:
+                waiting = trainer.get("pid")
+                note(f"waiting for pid {waiting} on {trainer.get('host')}, which holds the run's lease, to end")
+            time.sleep(1)
 
     def _command(self, run: Run):
         from sacglam_core.pipeline.launch import trainer_command

@@ -218,8 +218,11 @@ def submit(run_dir: Path, launcher: LauncherConfig, command: TrainerCommand) -> 
 
 
 def run_locally(run_dir: Path, command: TrainerCommand, stop: threading.Event, log: Path) -> int:
-    """The trainer as a local process; `stop` makes it checkpoint (SIGTERM) and return. Its exit status."""
+    """The trainer as a local process; `stop` makes it checkpoint (SIGTERM) and return. Its exit status. Should this
+    process die without a word (kill -9), the trainer checkpoints and stops on its own (--driver-pid)."""
     argv, env = command.process()
+    if command.container is None:  # inside an image the trainer's parent is Apptainer's, not this process
+        argv += ["--driver-pid", str(os.getpid())]
     with open(log, "ab") as out:
         process = subprocess.Popen(argv, env=env, cwd=command.repository, stdout=out, stderr=subprocess.STDOUT)
         while process.poll() is None:
