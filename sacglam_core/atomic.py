@@ -26,10 +26,9 @@ def atomic_write(path: str | Path, data: bytes) -> None:
 
 
 def check_writable(directory: str | Path) -> None:
-    """Create `directory` if needed and write a file in it (a permission check alone says yes to root on a
-    read-only folder); raises the OSError that a later write would have met."""
+    """Write a file in `directory` (a permission check alone says yes to root on a read-only folder); raises the
+    OSError that a later write would have met."""
     directory = Path(directory)
-    directory.mkdir(exist_ok=True)
     atomic_write(directory / "write-check", b"")
     (directory / "write-check").unlink()
 

@@ -117,7 +117,8 @@ class Trainer:
             try:
                 self.lease.acquire()
                 for directory in (self.out, self.out / "checkpoints"):
-                    check_writable(directory)  # refused now, not at the first checkpoint
+                    if directory.is_dir():  # refused now, not at the first checkpoint
+                        check_writable(directory)
                     for path in remove_stale_temporaries(directory):
                         print(f"{self.out}: removed {path.name}, left by a killed write", file=sys.stderr)
             except LeaseHeldError as held:

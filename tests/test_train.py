@@ -222,8 +222,8 @@ def test_a_finished_directory_refuses_another_configuration(tmp_path, tiny_model
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     expected = {
         "another configuration": f"{out} holds a finished run of another configuration (fingerprint ",
-        "corrupt": f"{out / 'done.json'} exists but cannot be read (Expecting ',' delimiter: line 1 column 16 "
-        f"(char 15)); {runstate.REBUILD}",
+        "corrupt": f"{out / 'done.json'} exists but cannot be read (Expecting ',' delimiter: line 1 column 17 "
+        f"(char 16)); {runstate.REBUILD}",
     }[done]
     assert expected in result.stderr
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != "lease"} == before
