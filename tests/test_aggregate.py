@@ -189,6 +189,16 @@ def test_hyperparameter_tables_come_from_the_configs(experiment_dir):
     assert table3.loc["Environment steps", "paper"] == 400_000 and table3.loc["Environment steps", "SAC+HER"] == 400
 
 
+def test_an_unset_setting_reads_none_in_bold_where_the_paper_sets_it(experiment_dir):
+    """The demo runs without LoRA: its LoRA rows say `none`, in bold, never an empty bold `****`."""
+    results, runs = experiment_dir
+    write_experiment_results(load_experiment("demo", runs), DEFINITIONS["experiments"]["demo"], results)
+    markdown = (results / "demo" / "hyperparameters.md").read_text()
+    assert "****" not in markdown
+    lora_rank = next(line for line in markdown.splitlines() if "Table 3" in line and "| LoRA rank " in line)
+    assert "| **none** " in lora_rank and lora_rank.rstrip(" |").endswith("SAC+HER")
+
+
 def paper_experiment_runs(name: str) -> list[Run]:
     definitions = load_definitions(ROOT / "workflow" / "config" / "experiments.yaml")
     return expand(definitions, [name], "results", {"models": "resources/models"})

@@ -92,18 +92,19 @@ def kind(config: RunConfig) -> str:
 
 
 def _get(config: RunConfig, path: str | None):
-    """A setting by dotted path, as the trainer resolves it (HER's defaults are HERConfig's properties)."""
+    """A setting by dotted path, as the trainer resolves it (HER's defaults are HERConfig's properties); `none`
+    where it is unset (no LoRA), `n/a` where it does not apply, so that a difference reads in bold."""
     if path is None:
         return "Adam"
     value = config
     for key in path.split("."):
         value = getattr(value, key, None)
         if value is None:
-            return "default" if path == "model.lora.target_modules" and config.model.lora else ""
+            return "default" if path == "model.lora.target_modules" and config.model.lora else "none"
     if path == "sac.autotune_alpha":
         return "auto" if value else "fixed"
     if path == "her.her_fraction" and config.her.sampling not in ("ratio", "prior_ratio"):
-        return ""  # the share only applies to the ratio strategies
+        return "n/a"  # the share only applies to the ratio strategies
     return ", ".join(value) if isinstance(value, tuple) else value
 
 
