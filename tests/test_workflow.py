@@ -24,13 +24,14 @@ from sacglam_core.pipeline.runstate import MARKER
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [str(Path(sys.executable).parent / "snakemake")]
 DEFINITIONS = ROOT / "workflow" / "config" / "experiments.yaml"
+STUDIES = ROOT / "workflow" / "config" / "studies.yaml"
 PAPER = ["main", "critic_architecture", "update_frequency", "her_sampling", "nstep_buffer", "ppo_her"]
 HEAVY = ("torch", "transformers", "peft", "bitsandbytes", "pandas", "scipy", "matplotlib")
 
 
 @pytest.fixture(scope="module")
 def definitions():
-    return load_definitions(DEFINITIONS)
+    return load_definitions(DEFINITIONS, STUDIES)
 
 
 def test_every_experiment_expands_into_valid_runs(definitions):
@@ -232,7 +233,7 @@ def test_a_setting_added_at_its_default_keeps_every_runs_fingerprint():
     one: adding a setting (here sac.actor_lr_ramp_updates and sac.actor_loss) must not change it. These are the
     seed-0 fingerprints of the main job as it was before those settings (now mini_paper_loss), as the code before
     them computes them."""
-    runs = expand(load_definitions(DEFINITIONS), ["mini_paper_loss"], Path("results"), {"models": "resources/models"})
+    runs = expand(load_definitions(DEFINITIONS, STUDIES), ["mini_paper_loss"], "results", {"models": "resources/models"})
     assert {(run.directory.parent.name, run.config.fingerprint) for run in runs if run.config.seed == 0} == {
         ("PPO-GLAM-481d8d05", "c9e7138ecdcf4c9f"),
         ("SAC-GLAM-607efcbe", "fff84b55115a5701"),
@@ -243,23 +244,20 @@ def test_a_setting_added_at_its_default_keeps_every_runs_fingerprint():
         assert all(parse_config(c).fingerprint != run.config.fingerprint for c, run in zip(changed, runs))
 
 
-def test_the_ten_seed_experiment_reruns_the_main_jobs_runs_on_more_seeds(definitions):
-    """mini_ten_seeds widens the main job's claims to seeds 0-9: its seeds 0-4 must be the main job's runs (the
-    same configurations, so the same directory names and fingerprints), not a variant that drifted from them."""
-
-    def runs(experiment: str) -> set[tuple[str, int, str]]:
-        expanded = expand(definitions, [experiment], "results", {"models": "resources/models"})
-        return {(run.directory.parent.name, run.seed, run.config.fingerprint) for run in expanded}
-
-    mini, ten = runs("mini"), runs("mini_ten_seeds")
-    assert len(mini) == 15 and len(ten) == 30
-    assert {run for run in ten if run[1] < 5} == mini
-    assert definitions["experiments"]["mini_ten_seeds"]["claims"] == definitions["experiments"]["mini"]["claims"]
+def test_every_experiment_keeps_its_run_directories(definitions):
+    """A run's directory is named from its settings, and a campaign finds its finished runs by that name: moving
+    an experiment between files, or rewriting its YAML anchors, must not rename a single run directory.
+    tests/data/run_directories.txt lists them all (`<experiment>/<variant>-<hash>`, the models at resources/models).
+    mini_ten_seeds and mini_longer are the demo as it was when they ran: the same directories as mini_tau_tuning's
+    chosen variants."""
+    runs = expand(definitions, list(definitions["experiments"]), "", {"models": "resources/models"})
+    directories = sorted({f"{run.experiment}/{run.directory.parent.name}" for run in runs})
+    assert directories == (Path(__file__).parent / "data" / "run_directories.txt").read_text().split()
 
 
-def test_the_longer_experiment_is_the_main_job_at_twice_its_steps(definitions):
-    """mini_longer asks whether SAC-GLAM lacks only budget: its runs must differ from the main job's in their step
-    budget and seeds alone, and its claims must be the main job's."""
+def test_the_longer_experiment_is_the_ten_seed_one_at_twice_its_steps(definitions):
+    """mini_longer asks whether SAC-GLAM lacks only budget: its runs must differ from the demo's of the time (as
+    mini_ten_seeds keeps it) in their step budget and seeds alone, with the same claims."""
 
     def settings(experiment: str) -> tuple[dict[str, dict], set[int], set[int]]:
         expanded = expand(definitions, [experiment], "results", {"models": "resources/models"})
@@ -267,11 +265,22 @@ def test_the_longer_experiment_is_the_main_job_at_twice_its_steps(definitions):
         variants = {run.variant: {**yaml.safe_load(dump_config(run.config)), **unique} for run in expanded}
         return variants, {run.seed for run in expanded}, {run.config.total_steps for run in expanded}
 
-    mini, mini_seeds, mini_steps = settings("mini")
+    demo, demo_seeds, demo_steps = settings("mini_ten_seeds")
     longer, longer_seeds, longer_steps = settings("mini_longer")
-    assert longer == mini and len(mini) == 3
-    assert longer_steps == {2 * step for step in mini_steps} and not longer_seeds & mini_seeds  # tuning seeds
-    assert definitions["experiments"]["mini_longer"]["claims"] == definitions["experiments"]["mini"]["claims"]
+    assert longer == demo and len(demo) == 3
+    assert longer_steps == {2 * step for step in demo_steps} and not longer_seeds & demo_seeds  # tuning seeds
+    experiments = definitions["experiments"]
+    assert experiments["mini_longer"]["claims"] == experiments["mini_ten_seeds"]["claims"] == experiments["mini"]["claims"]
+
+
+def test_an_experiment_is_defined_in_one_file(tmp_path):
+    studies = tmp_path / "studies.yaml"
+    studies.write_text("experiments:\n  mini: {seeds: [0], variants: {a: {algorithm: ppo}}}\n")
+    with pytest.raises(ExperimentError, match=f"^{studies}: experiment 'mini' is already defined in {DEFINITIONS}$"):
+        load_definitions(DEFINITIONS, studies)
+    studies.write_text("defaults: {num_envs: 8}\nexperiments: {}\n")
+    with pytest.raises(ExperimentError, match=r"unknown top-level keys \['defaults'\]"):
+        load_definitions(DEFINITIONS, studies)
 
 
 def test_longest_runs_start_first(tmp_path, definitions):

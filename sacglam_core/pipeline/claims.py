@@ -43,7 +43,7 @@ from sacglam_core.pipeline.aggregate import (
     probability_of_improvement,
     stratified_bootstrap,
 )
-from sacglam_core.pipeline.experiments import ExperimentError, expand, load_definitions, parse_claims
+from sacglam_core.pipeline.experiments import DEFINITION_FILES, ExperimentError, expand, load_definitions, parse_claims
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def late_window(experiment: Experiment, step: int) -> Experiment:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sacglam_core.pipeline.claims", description=__doc__.split("\n")[0])
     parser.add_argument("experiment")
-    parser.add_argument("--definitions", default="workflow/config/experiments.yaml")
+    parser.add_argument("--definitions", nargs="+", default=list(DEFINITION_FILES))
     parser.add_argument("--results", default="results")
     parser.add_argument("--models", default="resources/models")
     parser.add_argument(
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        definitions = load_definitions(args.definitions)
+        definitions = load_definitions(*args.definitions)
         runs = expand(definitions, [args.experiment], Path(args.results), {"models": args.models})
         if args.seeds:
             unknown = sorted(set(args.seeds) - {run.seed for run in runs})
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"on seeds {', '.join(map(str, sorted(set(args.seeds))))} of {args.experiment} only")
         claims = definitions["experiments"][args.experiment].get("claims")
         if not claims:
-            raise ExperimentError(f"experiment {args.experiment!r} states no `claims:` in {args.definitions}")
+            raise ExperimentError(f"experiment {args.experiment!r} states no `claims:` in {' or '.join(args.definitions)}")
         experiment = load_experiment(args.experiment, runs)
         for warning in experiment.warnings():
             print(warning, file=sys.stderr)

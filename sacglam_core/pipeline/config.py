@@ -88,6 +88,7 @@ class BudgetConfig:
 class WorkflowConfig:
     experiments: list[str]
     experiment_file: str = "workflow/config/experiments.yaml"
+    study_file: str | None = "workflow/config/studies.yaml"  # more experiments, with experiment_file's defaults
     results: str = "results"
     models: str = "resources/models"
     hf_cache: str = "resources/hf-cache"
@@ -95,6 +96,10 @@ class WorkflowConfig:
     model_revisions: dict[str, str] = field(default_factory=dict)  # hub id -> pinned commit of staged models
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
+
+    @property
+    def definition_files(self) -> list[str]:
+        return [self.experiment_file, *([self.study_file] if self.study_file else [])]
 
 
 Layer = tuple[str, dict]  # (where it comes from, its values)

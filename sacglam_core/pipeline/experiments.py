@@ -1,6 +1,7 @@
 """Experiment definitions (configuration, not code) expanded into training runs.
 
-`workflow/config/experiments.yaml` holds `defaults` (settings of every run) and `experiments`, each with
+`workflow/config/experiments.yaml` holds `defaults` (settings of every run) and `experiments` (the studies' are in
+`workflow/config/studies.yaml`, which takes the same defaults), each with
 `seeds`, shared `settings`, and its variants: named `variants`, a `grid` of dotted keys to lists of
 values (the cartesian product), or both. A run's settings are defaults <- experiment settings <- variant,
 then its seed. Its directory is `<results>/<experiment>/<variant>-<hash>/seed<k>`, the hash taken over
@@ -81,17 +82,35 @@ def _variants(name: str, spec: dict) -> dict[str, dict]:
     return variants
 
 
-def load_definitions(path: str | Path) -> dict:
-    """The definitions in `path`, read strictly (a duplicate variant or key is an error, not an overwrite)."""
-    try:
-        definitions = yamlfile.load(path, "experiment definitions")
-    except yamlfile.YamlFileError as error:
-        raise ExperimentError(str(error)) from None
-    if not isinstance(definitions.get("experiments"), dict):
-        raise ExperimentError(f"{path} must hold an `experiments:` mapping")
-    for name, spec in definitions["experiments"].items():
-        if isinstance(spec, dict):
-            seeds_of(name, spec, where=f"{path}: ")
+DEFINITION_FILES = ("workflow/config/experiments.yaml", "workflow/config/studies.yaml")
+TOP_KEYS = {"defaults", "experiments", "shared"}  # `shared`: YAML anchors that no experiment owns
+
+
+def load_definitions(path: str | Path, *more: str | Path) -> dict:
+    """The definitions in `path`, with the experiments of `more` files added (they take `path`'s defaults), read
+    strictly: a duplicate variant, key or experiment name is an error, not an overwrite."""
+    definitions: dict = {"defaults": {}, "experiments": {}}
+    where: dict[str, Path] = {}
+    for i, file in enumerate([path, *more]):
+        try:
+            content = yamlfile.load(file, "experiment definitions")
+        except yamlfile.YamlFileError as error:
+            raise ExperimentError(str(error)) from None
+        allowed = TOP_KEYS if i == 0 else TOP_KEYS - {"defaults"}
+        stray = sorted(set(content) - allowed)
+        if stray:
+            raise ExperimentError(f"{file}: unknown top-level keys {stray}; allowed: {sorted(allowed)}")
+        if not isinstance(content.get("experiments"), dict):
+            raise ExperimentError(f"{file} must hold an `experiments:` mapping")
+        for name, spec in content["experiments"].items():
+            if name in where:
+                raise ExperimentError(f"{file}: experiment {name!r} is already defined in {where[name]}")
+            if isinstance(spec, dict):
+                seeds_of(name, spec, where=f"{file}: ")
+            where[name] = Path(file)
+            definitions["experiments"][name] = spec
+        if i == 0:
+            definitions["defaults"] = content.get("defaults") or {}
     return definitions
 
 

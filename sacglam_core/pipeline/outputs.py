@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sacglam_core.pipeline.experiments import ExperimentError, expand, load_definitions
+from sacglam_core.pipeline.experiments import DEFINITION_FILES, ExperimentError, expand, load_definitions
 
 if TYPE_CHECKING:
     from sacglam_core.pipeline.aggregate import Experiment
@@ -52,12 +52,12 @@ def write_experiment_results(experiment: Experiment, definition: dict, results: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sacglam_core.pipeline.outputs", description=__doc__.split("\n")[0])
     parser.add_argument("experiments", nargs="+")
-    parser.add_argument("--definitions", default="workflow/config/experiments.yaml")
+    parser.add_argument("--definitions", nargs="+", default=list(DEFINITION_FILES))
     parser.add_argument("--results", default="results")
     parser.add_argument("--models", default="resources/models")
     args = parser.parse_args(argv)
     try:
-        definitions = load_definitions(args.definitions)
+        definitions = load_definitions(*args.definitions)
         runs = expand(definitions, args.experiments, Path(args.results), {"models": args.models})
     except ExperimentError as error:
         print(f"error: {error}", file=sys.stderr)

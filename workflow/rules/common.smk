@@ -1,6 +1,7 @@
 # The workflow's settings, its runs, the driver that submits them and Snakemake's plan, read at parse time.
 # Light imports only (no torch, transformers, pandas or matplotlib): a dry run of the paper's grid stays fast.
 import logging
+import shlex
 import sys
 from pathlib import Path
 
@@ -16,13 +17,14 @@ from sacglam_core.pipeline.runstate import MARKER
 PYTHON = sys.executable  # the workflow's own interpreter (the project's virtualenv)
 try:
     SETTINGS = load_workflow_config(workflow.config_settings.configfiles, workflow.config_settings.config)
-    DEFINITIONS = load_definitions(SETTINGS.experiment_file)
+    DEFINITIONS = load_definitions(*SETTINGS.definition_files)
     RUNS = expand(DEFINITIONS, SETTINGS.experiments, Path(SETTINGS.results), {"models": SETTINGS.models})
     MODEL_INPUTS = {str(run.directory): staging.model_inputs(run.config.model, SETTINGS) for run in RUNS}
     PLAN = Plan(SETTINGS, RUNS)
 except (WorkflowConfigError, ExperimentError, ValueError) as error:
     print(f"error: {error}", file=sys.stderr)
     sys.exit(2)
+DEFINITION_FILES = " ".join(map(shlex.quote, SETTINGS.definition_files))
 RESULTS = Path(SETTINGS.results)
 MODELS = Path(SETTINGS.models)
 HF_CACHE = Path(SETTINGS.hf_cache)
