@@ -109,6 +109,23 @@ def test_figure_2_plots_success_against_training_time(experiment_dir):
     assert time.lines[0].get_xdata().max() == pytest.approx(120 / 60)  # 30 s per evaluation interval, in minutes
 
 
+def test_figure_2s_axis_labels_fit_their_panels(experiment_dir):
+    """Each label as drawn stays within its panel's span (a few pixels of slack) and within the figure."""
+    _, runs = experiment_dir
+    main = load_definitions(ROOT / "workflow" / "config" / "experiments.yaml")["experiments"]["main"]
+    figure = curves_figure(load_experiment("demo", runs), main["figures"]["figure2"], "Figure 2")
+    figure.canvas.draw()  # places the labels
+    renderer = figure.canvas.get_renderer()
+    page, margin = figure.bbox, 10  # pixels
+    for ax in figure.axes:
+        panel = ax.get_window_extent(renderer)
+        x_label, y_label = (axis.label.get_window_extent(renderer) for axis in (ax.xaxis, ax.yaxis))
+        assert panel.x0 - margin <= x_label.x0 and x_label.x1 <= panel.x1 + margin, ax.get_xlabel()
+        assert panel.y0 - margin <= y_label.y0 and y_label.y1 <= panel.y1 + margin, ax.get_ylabel()
+        for label in (x_label, y_label):
+            assert page.x0 <= label.x0 and label.x1 <= page.x1 and page.y0 <= label.y0 and label.y1 <= page.y1
+
+
 def test_auc_and_steps_to_threshold():
     assert area_under_curve(np.array(STEPS, float), np.array([0.0, 0.25, 0.5, 0.75, 1.0])) == pytest.approx(0.5)
     assert area_under_curve(np.array(STEPS, float), np.ones(5)) == pytest.approx(1.0)

@@ -17,13 +17,13 @@ from sacglam_core.atomic import save_figure  # noqa: E402
 from sacglam_core.envs import GoalType, catalog  # noqa: E402
 from sacglam_core.pipeline.aggregate import Experiment, curves_mean_std  # noqa: E402
 
-TRAINING_TIME = "acting and updates, without evaluation and checkpoints"
+TRAINING_TIME = "without evaluations and checkpoints"  # on a second line: one panel's width holds either half
 X_LABELS = {
     "env_steps": "environment steps",
     "wall_hours": "wall-clock time (hours)",
     "wall_minutes": "wall-clock time (minutes)",
-    "train_hours": f"training time (hours): {TRAINING_TIME}",
-    "train_minutes": f"training time (minutes): {TRAINING_TIME}",
+    "train_hours": f"training time (hours)\n{TRAINING_TIME}",
+    "train_minutes": f"training time (minutes)\n{TRAINING_TIME}",
 }
 Y_LABELS = {"eval_success": "success rate", "her_share": "share of HER transitions in the buffer"}
 
