@@ -7,7 +7,7 @@ import sys
 
 def test_this_tree_against_its_own_head_on_the_baselines_settings(tiny_models):
     models = tiny_models["tiny-causal"].parent
-    command = [sys.executable, "-m", "sacglam_core.benchmarks.compare_revisions", "--baseline", "HEAD",
+    command = [sys.executable, "-m", "sacglam_core.studies.compare_revisions", "--baseline", "HEAD",
                "--settings", "baseline", "--steps", "96", "--repeats", "1", "--models", str(models)]  # fmt: skip
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     assert "settings of the baseline" in out

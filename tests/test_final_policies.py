@@ -1,4 +1,4 @@
-"""The final-policy benchmark loads the run's own final policy (its sampled success is the logged one) and
+"""The final-policy study loads the run's own final policy (its sampled success is the logged one) and
 names what is wrong with a run it cannot read."""
 
 import shutil
@@ -6,8 +6,8 @@ import shutil
 import pytest
 from tiny_runs import write_config
 
-from sacglam_core.benchmarks.final_policies import final_success, main
 from sacglam_core.config import load_config
+from sacglam_core.studies.final_policies import final_success, main
 from sacglam_core.trainer import Trainer
 
 

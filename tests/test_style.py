@@ -1,5 +1,8 @@
-"""The code passes the project's linter and formatter (configured in pyproject.toml)."""
+"""The code passes the project's linter and formatter (configured in pyproject.toml); benchmarks and studies are
+listed commands that pin their torch threads."""
 
+import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -20,10 +23,32 @@ def test_ruff(command):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_every_benchmark_pins_and_prints_its_threads():
-    """Benchmarks take --threads (default 1), so none oversubscribes a shared machine by torch's default."""
-    benchmarks = ROOT / "sacglam_core" / "benchmarks"
-    scripts = [p for p in benchmarks.glob("*.py") if "def main(" in p.read_text()]
-    assert len(scripts) >= 8
-    missing = [p.name for p in scripts if "add_threads_argument(parser)" not in p.read_text()]
-    assert not missing, f"benchmarks without --threads: {missing}"
+LIBRARIES = {"benchmarks": {"sac_reference"}, "studies": set()}  # imported (step_cost, tests), not run
+
+
+@pytest.mark.parametrize("package", sorted(LIBRARIES))
+def test_every_benchmark_and_study_is_a_listed_command_that_pins_its_threads(package):
+    """Each module of benchmarks/ and studies/ but the libraries is a command (`main`, run as __main__) that takes
+    --threads (default 1) and uses it, so none oversubscribes a shared machine by torch's default; its
+    package's docstring names it."""
+    directory = ROOT / "sacglam_core" / package
+    listing = ast.get_docstring(ast.parse((directory / "__init__.py").read_text())) or ""
+    modules = sorted(p for p in directory.glob("*.py") if p.stem != "__init__")
+    commands = [p for p in modules if p.stem not in LIBRARIES[package]]
+    assert commands and {p.stem for p in modules} >= LIBRARIES[package]
+    problems = []
+    for path in modules:
+        source = path.read_text()
+        functions = {node.name for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)}
+        if not re.search(rf"\b{path.stem}\b", listing):
+            problems.append(f"{path.name}: not in {package}/__init__.py's docstring")
+        if path in commands and not (
+            "main" in functions
+            and 'if __name__ == "__main__":' in source
+            and "add_threads_argument(parser)" in source
+            and "args.threads" in source
+        ):
+            problems.append(f"{path.name}: no main() taking and using --threads")
+        if path not in commands and "main" in functions:
+            problems.append(f"{path.name}: a library with a main(); list it as a command")
+    assert not problems, problems

@@ -1,5 +1,18 @@
 """Benchmark scripts: each prints the figures it measures (`python -m sacglam_core.benchmarks.<name>`).
 
+    env_throughput      vector-environment steps/s (32 environments, random valid actions)
+    scoring_throughput  GLAM scoring, naive against batched; the critic's forward+backward per critic input
+    train_throughput    environment steps/s of PPO-GLAM, SAC-GLAM and SAC-GLAM+HER in short runs
+    step_cost           FLOPs per environment step at the paper's scale, memory per rank, implied GPU-hours
+    gpu_check           a one-command check of a CUDA machine at the paper's scale, in under 10 minutes
+    precision           the same short run in fp32, bf16 and fp16 (GradScaler), losses side by side
+    profile_run         where a training run's time goes (cProfile; `--ops`: torch operators of an update)
+    sac_reference       not a command: SAC's update before its passes were shared (step_cost's `before`,
+                        tests/test_sac_update.py)
+
+One-off studies behind earlier choices live in `sacglam_core.studies` (compare_revisions, final_policies) or
+only in git history (padding, warmup_collapse, sac_update_speed): docs/studies/benchmark-studies.md.
+
 Every benchmark pins its torch threads (`--threads`, default 1) and prints them: on a shared 2-core machine,
 torch's default of one thread per core made batched scoring 27x slower (OpenMP oversubscription).
 """

@@ -1,6 +1,6 @@
 """Training throughput of this tree against another git revision, side by side in one run.
 
-    python -m sacglam_core.benchmarks.compare_revisions --baseline 96d29ca \
+    python -m sacglam_core.studies.compare_revisions --baseline 96d29ca \
         [--experiment mini --variant SAC-GLAM+HER --steps 1920 --repeats 3 --settings this|baseline|each]
 
 The run configuration comes from this tree's experiment definitions (evaluation and checkpoints pushed

@@ -1,7 +1,7 @@
 """What limits a finished run's final policy: its success when it samples (as it acts and as the runs are
 evaluated), when it takes its most probable action, and, for SAC, when it takes the critic's best action.
 
-    python -m sacglam_core.benchmarks.final_policies results/mini_sac_tuning/SAC-GLAM-*/seed10? \\
+    python -m sacglam_core.studies.final_policies results/mini_sac_tuning/SAC-GLAM-*/seed10? \\
         results/mini_sac_tuning/PPO-GLAM-*/seed10? [--episodes-per-type 128]
 
 Each run's latest checkpoint is loaded with its own configuration (run it from the directory the runs were
