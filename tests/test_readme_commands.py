@@ -1,19 +1,30 @@
-"""The README's two commands: CI runs the same test command a new user runs."""
+"""The commands the README and docs/ show: CI runs the README's test command, and every other command names a
+module, flags, profiles, experiments and files that exist."""
 
+import importlib.util
 import re
 from pathlib import Path
 
+import pytest
+
+from sacglam_core.pipeline.experiments import DEFINITION_FILES, load_definitions
+
 ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+MODULE = re.compile(r"python -m (sacglam_core(?:\.\w+)+)((?:[ \t]+[^\s`|;&)#]+)*)")
+OLDER = re.compile(r"git (?:checkout|show) [0-9a-f]{7,}")  # a command shown for an older revision
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
 def readme_commands() -> list[str]:
-    quick_start = (ROOT / "README.md").read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
-    return [block.strip() for block in re.findall(r"```bash\n(.*?)```", quick_start, re.S)]
+    section = (ROOT / "README.md").read_text().split("## Install and test", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```bash\n(.*?)```", section, re.S)
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
 
 
 def test_readme_has_two_commands_and_ci_runs_the_test_one_first():
     setup, tests = readme_commands()
-    assert "bootstrap.sh" in setup and "pytest" in tests
+    assert "bootstrap.sh" in setup and "snakemake --profile profiles/local" in setup and "pytest" in tests
     ci = [
         line
         for line in (ROOT / ".ci/run").read_text().splitlines()
@@ -21,3 +32,47 @@ def test_readme_has_two_commands_and_ci_runs_the_test_one_first():
     ]
     assert ci[0] == tests  # then, deliberately, the slow suites
     assert ci[1:] == ['.venv/bin/python -m pytest -m "slow or slurm"']
+
+
+def test_the_readme_stays_short():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 200
+
+
+def shown(pattern: re.Pattern) -> list[tuple[str, re.Match]]:
+    return [(page.relative_to(ROOT).as_posix(), m) for page in PAGES for m in pattern.finditer(page.read_text())]
+
+
+def current(page: str, match: re.Match) -> bool:
+    """Not a command of an older revision: no `git checkout <commit>` in the lines before it."""
+    return not OLDER.search(match.string[max(0, match.start() - 400) : match.start()])
+
+
+@pytest.mark.parametrize("page, command", [(p, m.group(0)) for p, m in shown(MODULE) if current(p, m)])
+def test_every_module_command_names_a_module_and_its_flags(page, command):
+    module, arguments = MODULE.fullmatch(command).groups()
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin, f"{page}: {command}: no module {module}"
+    source = Path(spec.origin).read_text()
+    if spec.submodule_search_locations:  # a package runs its __main__
+        source += (Path(spec.origin).parent / "__main__.py").read_text()
+    for flag in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", arguments):
+        assert f'"{flag}"' in source, f"{page}: {command}: {module} has no option {flag}"
+
+
+def test_every_profile_experiment_and_link_exists():
+    experiments = set(load_definitions(*(ROOT / f for f in DEFINITION_FILES))["experiments"])
+    problems = []
+    for page in PAGES:
+        text = page.read_text()
+        where = page.relative_to(ROOT)
+        for profile in re.findall(r"--profile (\S+)", text):
+            if not (ROOT / profile.strip("`'\").,")).is_dir():
+                problems.append(f"{where}: profile {profile}")
+        named = re.findall(r"experiments=\[([^\]<]*)\]", text) + re.findall(r"(?:pipeline\.|`)claims (\w+)", text)
+        for name in ",".join(named).split(","):
+            if name.strip() and name.strip() not in experiments:
+                problems.append(f"{where}: experiment {name.strip()}")
+        for target in LINK.findall(text):
+            if not target.startswith(("http://", "https://")) and not (page.parent / target).exists():
+                problems.append(f"{where}: link {target}")
+    assert not problems
