@@ -3,6 +3,7 @@ module, flags, profiles, experiments and files that exist."""
 
 import importlib.util
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from sacglam_core.pipeline.experiments import DEFINITION_FILES, load_definitions
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 MODULE = re.compile(r"python -m (sacglam_core(?:\.\w+)+)((?:[ \t]+[^\s`|;&)#]+)*)")
-OLDER = re.compile(r"git (?:checkout|show) [0-9a-f]{7,}")  # a command shown for an older revision
+OLDER = re.compile(r"git (?:checkout|show) ([0-9a-f]{7,40})")
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
@@ -42,19 +43,26 @@ def shown(pattern: re.Pattern) -> list[tuple[str, re.Match]]:
     return [(page.relative_to(ROOT).as_posix(), m) for page in PAGES for m in pattern.finditer(page.read_text())]
 
 
-def current(page: str, match: re.Match) -> bool:
-    """Not a command of an older revision: no `git checkout <commit>` in the lines before it."""
-    return not OLDER.search(match.string[max(0, match.start() - 400) : match.start()])
+def module_source(module: str, page_text: str) -> str | None:
+    """The module's source in this tree, else at a commit the page names (`git checkout <commit>`): a study whose
+    code was removed is documented with the revision that runs it."""
+    spec = importlib.util.find_spec(module)
+    if spec is not None and spec.origin:
+        main = Path(spec.origin).parent / "__main__.py" if spec.submodule_search_locations else None
+        return Path(spec.origin).read_text() + (main.read_text() if main else "")
+    path = module.replace(".", "/") + ".py"
+    for commit in OLDER.findall(page_text):
+        shown_file = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT, capture_output=True, text=True)
+        if shown_file.returncode == 0:
+            return shown_file.stdout
+    return None
 
 
-@pytest.mark.parametrize("page, command", [(p, m.group(0)) for p, m in shown(MODULE) if current(p, m)])
+@pytest.mark.parametrize("page, command", [(p, m.group(0)) for p, m in shown(MODULE)])
 def test_every_module_command_names_a_module_and_its_flags(page, command):
     module, arguments = MODULE.fullmatch(command).groups()
-    spec = importlib.util.find_spec(module)
-    assert spec is not None and spec.origin, f"{page}: {command}: no module {module}"
-    source = Path(spec.origin).read_text()
-    if spec.submodule_search_locations:  # a package runs its __main__
-        source += (Path(spec.origin).parent / "__main__.py").read_text()
+    source = module_source(module, (ROOT / page).read_text())
+    assert source is not None, f"{page}: {command}: no module {module}, here or at a commit the page names"
     for flag in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", arguments):
         assert f'"{flag}"' in source, f"{page}: {command}: {module} has no option {flag}"
 

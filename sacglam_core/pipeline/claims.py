@@ -149,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"on seeds {', '.join(map(str, sorted(set(args.seeds))))} of {args.experiment} only")
         claims = definitions["experiments"][args.experiment].get("claims")
         if not claims:
-            raise ExperimentError(f"experiment {args.experiment!r} states no `claims:` in {' or '.join(args.definitions)}")
+            raise ExperimentError(
+                f"experiment {args.experiment!r} states no `claims:` in {' or '.join(args.definitions)}"
+            )
         experiment = load_experiment(args.experiment, runs)
         for warning in experiment.warnings():
             print(warning, file=sys.stderr)
