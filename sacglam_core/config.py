@@ -42,9 +42,14 @@ class LoraSettings:
     """
 
     r: Positive = 16
+    """Rank of the adapters' low-rank matrices."""
     alpha: Positive = 32
+    """LoRA's scaling numerator: the adapters' output is scaled by alpha / r."""
     dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    """Dropout probability on the adapters' inputs."""
     target_modules: tuple[str, ...] | str | None = None
+    """Modules that get adapters: null for peft's default for the architecture (`q`, `v` for T5), `all-linear`,
+    or a list of module names."""
 
 
 @settings
@@ -61,12 +66,22 @@ class ModelConfig:
     """
 
     name_or_path: str
+    """A Hugging Face hub id (`google/flan-t5-base`) or a local model folder."""
     architecture: Literal["auto", "seq2seq", "causal"] = "auto"
+    """Encoder-decoder (`seq2seq`) or decoder-only (`causal`); `auto` reads it from the model's config."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Compute dtype of the LLM. `auto`: bfloat16 on GPUs of compute capability 8.0 and later, float16 on older
+    GPUs with LoRA, float32 otherwise (CPU, or an older GPU without LoRA). `float16` needs `model.lora`."""
     device: str = "cpu"
+    """`cpu`, `cuda`, `cuda:<n>` or `auto` (cuda when a GPU is available). Under torchrun, `cuda` is each
+    process's own GPU."""
     lora: LoraSettings | None = None
+    """LoRA adapters (the `model.lora` section; `lora: {}` takes its defaults), or null to train every weight of
+    the LLM."""
     load_in_4bit: bool = False
+    """Quantize the LLM's weights to 4-bit nf4 with double quantization (QLoRA); needs `model.lora`."""
     cache_dir: str | None = None
+    """Hugging Face cache folder to load from; null: the hub's default (`HF_HUB_CACHE` or `HF_HOME`)."""
 
     @property
     def is_local_path(self) -> bool:
@@ -93,16 +108,28 @@ class ModelConfig:
 
 @settings
 class CriticConfig:
-    input: Literal["obs_action", "obs", "decoded_action"] = "obs_action"
-    weights: Literal["shared", "shared_frozen", "separate"] = "shared"
-    hidden_units: Positive = 1024
-    hidden_layers: NonNegative = 2
-    tau: float = 0.005
-    target_lm: bool = True
+    """SAC's critic (paper Appendix B): an MLP head on the LLM's hidden states (see agent/critic.py), and its
+    target, a Polyak average updated after every gradient update.
+    """
 
-    def __post_init__(self) -> None:
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"critic.tau must be in (0, 1], got {self.tau}")
+    input: Literal["obs_action", "obs", "decoded_action"] = "obs_action"
+    """What the MLP reads: `obs_action`, the LLM's last hidden state over prompt + action, one pass per candidate,
+    one Q-value (the paper's); `obs`, the prompt's hidden state, one output per action of the vocabulary;
+    `decoded_action`, the prompt encoded once and each action decoded, read at the action's last token."""
+    weights: Literal["shared", "shared_frozen", "separate"] = "shared"
+    """The LLM weights the critic reads: the actor's, trained by the critic's loss too (`shared`); the actor's,
+    with gradients stopping at the MLP (`shared_frozen`); or a copy of its own (`separate`, a second adapter
+    with LoRA)."""
+    hidden_units: Positive = 1024
+    """Units of each hidden layer of the MLP head (ReLU)."""
+    hidden_layers: NonNegative = 2
+    """Hidden layers of the MLP head (0: a linear head)."""
+    tau: Annotated[float, Field(gt=0, le=1)] = 0.005
+    """Polyak coefficient of the target critic, applied after every gradient update: target += tau * (online -
+    target)."""
+    target_lm: bool = True
+    """The target critic reads a Polyak-averaged copy of the LLM weights the critic reads (an adapter with LoRA);
+    false: only the MLP head has a target, over the online LLM weights."""
 
 
 @settings
@@ -121,30 +148,51 @@ class SACConfig:
     """
 
     buffer_size: Positive = 100_000
-    update_every: Positive = 32  # environment steps between update cycles
+    """Replay capacity of the whole run in n-step transitions, shared out among data-parallel ranks; the oldest
+    are overwritten. At least `sac.batch_size`."""
+    update_every: Positive = 32
+    """Environment steps (all environments together) between update cycles; a multiple of `num_envs`."""
     updates_per_cycle: Positive = 2
+    """Gradient updates per update cycle, each on a fresh batch."""
     batch_size: Positive = 256
-    warmup_cycles: NonNegative = 11  # critic-only update cycles at the start (MAGELLAN's warm-up)
+    """Transitions per gradient update, all ranks together (split evenly among them)."""
+    warmup_cycles: NonNegative = 11
+    """Critic-only update cycles at the start, counted from the first cycle (MAGELLAN's warm-up)."""
     warmup_updates: NonNegative = 0
+    """Critic-only gradient updates at the start; the warm-up lasts until all three warm-up counts are reached."""
     warmup_steps: NonNegative = 0
-    learning_starts: NonNegative = 0  # environment steps before the first update (and the buffer must hold a batch)
+    """Critic-only environment steps at the start; the warm-up lasts until all three warm-up counts are reached."""
+    learning_starts: NonNegative = 0
+    """Environment steps before the first update cycle (which also waits until every rank's buffer holds a
+    batch)."""
     actor_lr: Rate = 1e-4
-    # The actor's learning rate rises linearly from actor_lr / N to actor_lr over its first N updates after the
-    # warm-up (0: no ramp, the paper's), so that the policy does not follow a young critic at full speed.
+    """Adam learning rate of the actor (the LLM's policy weights)."""
     actor_lr_ramp_updates: NonNegative = 0
-    # The actor's loss: "reverse_kl", the paper's E_pi[alpha log pi - Q], or "forward_kl", the cross-entropy from
-    # softmax(Q / alpha) to pi (MPO's weighted maximum likelihood). Both are minimised by that Boltzmann policy;
-    # the reverse one's gradient vanishes where pi is near one-hot, the forward one's does not.
+    """The actor's learning rate rises linearly from actor_lr / N to actor_lr over its first N updates after the
+    warm-up (0: no ramp, the paper's), so that the policy does not follow a young critic at full speed."""
     actor_loss: Literal["reverse_kl", "forward_kl"] = "reverse_kl"
+    """The actor's loss: `reverse_kl`, the paper's E_pi[alpha log pi - Q], or `forward_kl`, the cross-entropy from
+    softmax(Q / alpha) to pi (MPO's weighted maximum likelihood). Both are minimised by that Boltzmann policy;
+    the reverse one's gradient vanishes where pi is near one-hot, the forward one's does not."""
     critic_lr: Rate = 1e-4
+    """Adam learning rate of the critic (its MLP head and the LLM weights it trains)."""
     gamma: Fraction = 0.99
+    """Discount factor of the n-step returns and of the bootstrap."""
     n_step: Positive = 3
+    """n of the critic's n-step return targets (1: SAC's one-step targets)."""
     autotune_alpha: bool = True
+    """Learn the entropy coefficient alpha towards `sac.target_entropy`; false: alpha stays at `sac.alpha_init`."""
     alpha_init: Rate = 0.005
+    """Initial entropy coefficient alpha (its fixed value without autotuning)."""
     target_entropy: float = 0.0
+    """Policy entropy in nats that alpha's tuning aims at: alpha rises while the entropy is below it and falls
+    while above."""
     alpha_lr: Rate = 2e-3
+    """Adam learning rate of log alpha."""
     max_grad_norm: Rate | None = None
+    """Clip the norm of the actor's and of the critic's gradients to this; null: no clipping."""
     critic: CriticConfig = field(default_factory=CriticConfig)
+    """The critic (the `sac.critic` section)."""
 
 
 @settings
@@ -156,21 +204,39 @@ class PPOConfig:
     policy's clip radius, weighed by value_coef itself, and advantages used as GAE gives them.
     """
 
-    rollout_steps: Positive = 2048  # transitions collected between updates, all environments together
+    rollout_steps: Positive = 2048
+    """Transitions collected between updates, all environments together; a multiple of `num_envs`."""
     epochs: Positive = 16
+    """Passes over the rollout per update."""
     minibatch_size: Positive = 256
+    """Transitions per gradient step: each epoch takes rollout_steps / minibatch_size minibatches (rounded up),
+    which hindsight copies make larger."""
     lr: Rate = 1e-4
+    """Adam learning rate of the policy (the LLM's weights) and the value head."""
     gamma: Fraction = 0.99
+    """Discount factor."""
     gae_lambda: Fraction = 0.99
+    """lambda of the generalised advantage estimator."""
     clip: Rate = 0.2
+    """Clip radius epsilon of the probability ratio (`ppo.loss: clip`) and of the clipped value loss."""
     entropy_coef: Annotated[float, Field(ge=0)] = 0.01
+    """Weight of the entropy bonus in the loss."""
     value_coef: Annotated[float, Field(ge=0)] = 0.5
+    """Weight of the value loss in the loss."""
     max_grad_norm: Rate = 0.5
-    value_loss: Literal["clipped", "mse"] = "clipped"  # see algos/ppo.py
-    normalize_advantages: bool = False  # standardise each minibatch's advantages (GLAM does not)
+    """Clip the norm of the gradients to this."""
+    value_loss: Literal["clipped", "mse"] = "clipped"
+    """`clipped` (GLAM's): the larger of the squared errors of the value and of the value clipped to the rollout's
+    value -/+ `ppo.clip`; `mse`: the squared error of the value to the return."""
+    normalize_advantages: bool = False
+    """Standardise each minibatch's advantages (GLAM does not)."""
     loss: Literal["clip", "kl"] = "clip"
-    kl_coef: Annotated[float, Field(ge=0)] = 0.1  # beta of the KL-penalised loss
-    center_clip: bool = False  # clip around the first-epoch ratio of relabelled data, not 1
+    """Policy loss: the clipped surrogate (`clip`, paper eq. 4) or the KL-penalised one (`kl`, eq. 5)."""
+    kl_coef: Annotated[float, Field(ge=0)] = 0.1
+    """beta, the weight of KL(pi_old || pi) in the KL-penalised loss (`ppo.loss: kl`)."""
+    center_clip: bool = False
+    """Clip the ratio of relabelled data around its first-epoch value instead of 1; needs `her.enabled` and
+    `ppo.loss: clip`."""
 
 
 @settings
@@ -183,9 +249,18 @@ class HERConfig:
     """
 
     enabled: bool = False
+    """Hindsight relabelling: copies of finished episodes (SAC, into the replay buffer) or of rollout segments
+    (PPO, into the rollout) with each goal the social partner reported, ending where it was reached."""
     strategy: Literal["uniform", "ratio", "prior", "prior_ratio"] | None = None
+    """How replay batches are sampled: `uniform`, `ratio` (a fixed share of hindsight transitions), `prior` (goal
+    types drawn by the environment's goal-type distribution) or `prior_ratio` (both); null: `ratio`. Needs
+    `her.enabled`."""
     ratio: Fraction | None = None
+    """Share of hindsight transitions in each replay batch under the `ratio` and `prior_ratio` strategies; null:
+    0.5. Needs `her.enabled`."""
     aligned_only: bool = False
+    """Relabel only with goals aligned with the segment's own goal, its sub-goals (Appendix G.1). Needs
+    `her.enabled`."""
 
     @property
     def sampling(self) -> str:
@@ -198,34 +273,65 @@ class HERConfig:
 
 @settings
 class EvalConfig:
+    """Periodic evaluation, one row of metrics.csv each (see evaluation.py): success rates on train goals per goal
+    type, overall (weighted by the environment's goal-type distribution) and on the test split.
+    """
+
     every_steps: Positive = 10_000
-    episodes_per_type: Positive = 32  # train goals, stratified by goal type
+    """Environment steps between evaluations (also one at step 0 and one at the end)."""
+    episodes_per_type: Positive = 32
+    """Episodes per evaluation on train goals of each goal type (stratified)."""
     test_episodes: NonNegative = 64
-    greedy: bool = False  # sample from the policy (as it acts) or take its most probable action
+    """Episodes per evaluation on goals of the test split (0: none)."""
+    greedy: bool = False
+    """Take the policy's most probable action; false: sample from it, as it acts in training."""
     seed: int = 12345
+    """Seed of the evaluation's goals and scenes (the same at every evaluation) and of its action sampling."""
 
 
 @settings
 class CheckpointConfig:
+    """Checkpoints in `<output_dir>/checkpoints/`, from which a restarted run resumes with the same results."""
+
     every_updates: Positive = 200
+    """Checkpoint each time the update count (SAC: gradient updates, PPO: rollout updates) passes a multiple of
+    this; also at the end and when stopped."""
     keep: Positive = 2
+    """Newest checkpoints kept; older ones are removed."""
 
 
 @settings
 class RunConfig:
+    """One training run: the algorithm, the LLM, the environment and every hyperparameter."""
+
     algorithm: Literal["sac", "ppo"]
+    """`sac` (SAC-GLAM, with HER when `her.enabled`) or `ppo` (PPO-GLAM)."""
     model: ModelConfig
+    """The LLM (the `model` section)."""
     output_dir: str = "."
+    """Run directory: config.yaml, metrics.csv, checkpoints/ and done.json (the workflow sets it per run)."""
     seed: NonNegative = 0
+    """Seed of the environments, the initialisation of the trained heads and adapters, action sampling and batch
+    sampling (the workflow sets it from an experiment's `seeds`)."""
     total_steps: Positive = 400_000
+    """Environment steps to train for, all environments together."""
     num_envs: Positive = 32
+    """Parallel environments, all data-parallel ranks together (split evenly among them)."""
     env: EnvConfig = field(default_factory=EnvConfig)
+    """The environment (the `env` section)."""
     sac: SACConfig = field(default_factory=SACConfig)
+    """SAC's settings (the `sac` section)."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    """PPO's settings (the `ppo` section)."""
     her: HERConfig = field(default_factory=HERConfig)
+    """Hindsight relabelling (the `her` section)."""
     eval: EvalConfig = field(default_factory=EvalConfig)
+    """Periodic evaluation (the `eval` section)."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    threads: Positive | None = None  # torch CPU threads (None: torch's default)
+    """Checkpointing (the `checkpoint` section)."""
+    threads: Positive | None = None
+    """torch CPU threads per process (null: torch's default). Results depend on it, so a run resumes only with
+    the same count."""
 
     def __post_init__(self) -> None:
         problems = coherence_problems(self)

@@ -38,11 +38,19 @@ class EnvConfig:
     """Environment settings. `simplified` keeps only the simple goals (the paper's ablations use N=3)."""
 
     n_objects: int = 6
+    """Objects per scene: each sub-goal's target (with a supply that grows it for Grow goals), the rest drawn at
+    random. At least 4 (2 with `env.simplified`)."""
     capacity: Annotated[int, Field(ge=1)] = 2
+    """Objects the agent can hold at once; `Grasp` does nothing while it holds that many."""
     max_steps: Annotated[int, Field(ge=1)] = 20
+    """Horizon: an episode that has not reached its goal is cut after this many steps."""
     simplified: bool = False
+    """Simple goals only, no sequential ones (the paper's ablations, with 3 objects)."""
     split: Literal["train", "test"] = "train"
-    grasp_rule: Literal["holding", "event"] = "holding"  # when a Grasp goal holds (see the module docstring)
+    """The goal split that training episodes draw from (evaluation draws from both)."""
+    grasp_rule: Literal["holding", "event"] = "holding"
+    """When a Grasp goal holds: on every step a matching object is held (`holding`, as the original) or only on
+    the step it is grasped (`event`); see envs/playground.py."""
 
     def __post_init__(self) -> None:
         # A sequential goal can need four objects: two targets and their two supplies.
