@@ -214,6 +214,28 @@ def test_dry_run_of_the_paper_grid_lists_every_run_and_the_budget(tmp_path):
     print(f"dry run of the paper grid: {seconds:.1f} s (with import profiling)")
 
 
+def test_a_dry_run_ends_with_a_summary_per_experiment_and_every_warning(tmp_path, definitions):
+    """After Snakemake's last line: per experiment the runs to train, those finished and their GPU-hours, the
+    total, and the warnings printed with the budget far above (the allocation's and the preflight's)."""
+    runs = expand(definitions, ["main", "ppo_her"], tmp_path)
+    fake_finished_run(next(r for r in runs if r.experiment == "main" and r.variant == "PPO-GLAM"))
+    config = ['experiments=["main", "ppo_her"]', f"results={tmp_path}", "budget={allocation_gpu_hours: 100}",
+              "launcher={partition: null}"]  # fmt: skip
+    command = [*SNAKEMAKE, "--nolock", "--profile", "profiles/slurm", "-n", "--config", *config]
+    result = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert result.returncode == 0, result.stdout[-3000:]
+    start, end = result.stdout.split("This was a dry-run", 1)  # as a terminal shows Snakemake's log and ours
+    end = end.splitlines()[1:]
+    assert len(end) == 8 and end[0] == "" and end[1].startswith("Summary of this dry run"), end
+    assert end[2].split() == ["experiment", "to", "train", "finished", "GPU-h"]
+    assert end[3].split() == ["main", "11", "1", "743.2"]  # one PPO-GLAM run of 34.4 GPU-hours is finished
+    assert end[4].split() == ["ppo_her", "12", "0", "412.8"]
+    assert end[5].startswith("  total: 23 runs to train, 1,156.0 GPU-hours planned + 0.0 spent = 1,156.0 of")
+    assert end[6].startswith("  WARNING: 1,156.0 GPU-hours is over the allocation of 100.0")
+    assert end[7].startswith("  WARNING: preflight: profiles/slurm/cluster.yaml: launcher.partition is not set")
+    assert all(warning in start for warning in end[6:])  # the budget's warnings, repeated
+
+
 def test_local_runs_claim_their_torch_threads_as_snakemake_cores(tmp_path, definitions):
     """A local run with threads: 2 takes both of the profile's 2 cores, so it never runs beside another."""
     changed = yaml.safe_load(DEFINITIONS.read_text())

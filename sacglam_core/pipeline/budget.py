@@ -299,17 +299,41 @@ def _legend(budget: Budget) -> list[str]:
         f"  attempts: SLURM jobs per run at {limits.hours_per_attempt:.2f} h of training each (launcher.time_min="
         f"{limits.time_min} minus signal_delay_s={limits.signal_delay_s}); each resumes from the last checkpoint",
     ]
-    worst = max((limits.attempts(e.wall_hours) for e in budget.estimates if e.status != "finished"), default=0)
-    if worst > limits.max_requeues + 1:
-        lines.append(
-            f"  WARNING: a run needs {worst} attempts but launcher.max_requeues={limits.max_requeues} allows "
-            f"{limits.max_requeues + 1}: raise max_requeues or time_min"
-        )
+    lines += _requeue_warning(budget)
     lines.append(
         f"  already spent: {budget.spent_finished:,.1f} GPU-h by finished runs (measured) + "
         f"{budget.spent_partial:,.1f} GPU-h by the checkpointed part of unfinished runs (estimated)"
     )
     return lines
+
+
+def _requeue_warning(budget: Budget) -> list[str]:
+    limits = budget.limits
+    worst = max((limits.attempts(e.wall_hours) for e in budget.estimates if e.status != "finished"), default=0)
+    if worst <= limits.max_requeues + 1:
+        return []
+    return [
+        f"  WARNING: a run needs {worst} attempts but launcher.max_requeues={limits.max_requeues} allows "
+        f"{limits.max_requeues + 1}: raise max_requeues or time_min"
+    ]
+
+
+def summary(budget: Budget, allocation: float | None, finished: dict[str, int]) -> str:
+    """The end of a dry run: per experiment (`finished`: its runs already trained) the runs to train and their
+    GPU-hours, then the total and the budget's warnings."""
+    to_train: dict[str, int] = defaultdict(int)
+    gpu_hours: dict[str, float] = defaultdict(float)
+    for e in budget.estimates:
+        if e.status != "finished":
+            to_train[e.run.experiment] += 1
+            gpu_hours[e.run.experiment] += e.gpu_hours if math.isfinite(e.gpu_hours) else 0.0
+    out = [
+        "Summary of this dry run (the budget in full is above):",
+        f"  {'experiment':<40}{'to train':>10}{'finished':>10}{'GPU-h':>11}",
+    ]
+    for experiment, done in finished.items():
+        out.append(f"  {experiment[:40]:<40}{to_train[experiment]:>10}{done:>10}{_h(gpu_hours[experiment], 11)}")
+    return "\n".join([*out, total_line(budget, allocation), *_requeue_warning(budget)])
 
 
 def total_line(budget: Budget, allocation: float | None, warn: bool = True) -> str:

@@ -1,8 +1,9 @@
 """Snakemake's plan: the `train` jobs it will run (its DAG's needrun jobs), their budget and the preflight.
 
 Snakemake announces its plan with a RUN_INFO log event as soon as the DAG is built, in a dry run and in a
-real run alike, before any job starts and before `onstart`; a dry run announces it again at its end.
-`PlanListener` prints the budget of exactly those jobs then (and the total again at the end of a dry run).
+real run alike, before any job starts and before `onstart`. `PlanListener` prints the budget of exactly those
+jobs then, and after the last line of a dry run a summary: per experiment, the runs to train, those finished
+and their GPU-hours, the total and every warning again.
 In a real run `Plan.enforce` (from `onstart`) refuses to start, before anything is submitted, when the plan
 is over the allocation or the preflight fails; a dry run prints the same problems as warnings. Snakemake
 never plans `train` for `figures` or `--report`, so these are never refused.
@@ -21,6 +22,7 @@ from sacglam_core.pipeline.driver import DriverError, say
 from sacglam_core.pipeline.experiments import Run
 
 TRAIN_RULE = "train"
+DRY_RUN_END = "This was a dry-run"  # Snakemake's last line of a dry run, an event-less message
 
 
 class Plan:
@@ -31,7 +33,7 @@ class Plan:
         # Read once: it prices the plan and orders the runs (train's priority). ValueError for a bad table.
         self.calibration = budgeting.load_calibration(settings.budget.calibration, settings.results)
         self._budget: budgeting.Budget | None = None
-        self._announced = 0
+        self._warnings: list[str] | None = None  # the preflight's, once announced
 
     def runs(self, dag) -> list[Run]:
         """The runs of the `train` jobs Snakemake will run, in the order of the experiment definitions."""
@@ -70,21 +72,23 @@ class Plan:
 
     # -- what Snakemake calls ------------------------------------------------------------------------
     def announce(self, workflow) -> None:
-        """Print the budget (first announcement), or its total again (the end of a dry run)."""
-        self._announced += 1
-        allocation = self.settings.budget.allocation_gpu_hours
-        budget = self.budget(workflow.dag)
-        if self._announced > 1:
-            if workflow.dryrun:
-                say(
-                    "GPU-hour budget (repeated from the start of this dry run):\n"
-                    + budgeting.total_line(budget, allocation)
-                )
+        """Print the budget and, in a dry run, the preflight's warnings; once (a dry run announces twice)."""
+        if self._warnings is not None:
             return
-        say(budgeting.report(budget, allocation, dryrun=workflow.dryrun))
-        if workflow.dryrun:
-            for problem in self.preflight(workflow.dag):
-                say(f"  WARNING: preflight: {problem}; a real run refuses to start")
+        budget = self.budget(workflow.dag)
+        problems = self.preflight(workflow.dag) if workflow.dryrun else []
+        self._warnings = [f"  WARNING: preflight: {problem}; a real run refuses to start" for problem in problems]
+        report = budgeting.report(budget, self.settings.budget.allocation_gpu_hours, workflow.dryrun)
+        say("\n".join([report, *self._warnings]))
+
+    def conclude(self, workflow) -> None:
+        """The end of a dry run: the summary per experiment, the total and every warning again."""
+        finished = dict.fromkeys((run.experiment for run in self.by_directory.values()), 0)
+        for run in self.by_directory.values():
+            finished[run.experiment] += any((run.directory / f).exists() for f in (runstate.DONE, runstate.MARKER))
+        allocation = self.settings.budget.allocation_gpu_hours
+        summary = budgeting.summary(self.budget(workflow.dag), allocation, finished)
+        say("\n".join(["", summary, *(self._warnings or [])]))  # none when announce failed
 
     def start(self, workflow, driver) -> None:
         """Snakemake's onstart: refuse (one line, status 2) or start the driver; nothing was submitted yet."""
@@ -164,7 +168,8 @@ class Plan:
 
 
 class PlanListener(logging.Handler):
-    """Calls `plan.announce(workflow)` on each RUN_INFO event of Snakemake's log, and when it has nothing to do."""
+    """Calls `plan.announce(workflow)` on each RUN_INFO event of Snakemake's log and when it has nothing to do,
+    `plan.conclude(workflow)` on the last line of a dry run."""
 
     def __init__(self, plan: Plan, workflow) -> None:
         super().__init__(level=logging.DEBUG)
@@ -173,9 +178,11 @@ class PlanListener(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         from snakemake.common import NOTHING_TO_BE_DONE_MSG
 
-        if str(getattr(record, "event", "")) != "run_info" and record.getMessage() != NOTHING_TO_BE_DONE_MSG:
-            return
+        message = record.getMessage()
         try:
-            self.plan.announce(self.workflow)
+            if str(getattr(record, "event", "")) == "run_info" or message == NOTHING_TO_BE_DONE_MSG:
+                self.plan.announce(self.workflow)
+            elif message.startswith(DRY_RUN_END):
+                self.plan.conclude(self.workflow)
         except Exception as error:  # a logging handler must not raise; onstart checks again and fails loudly
             say(f"GPU-hour budget: not available ({error})")
