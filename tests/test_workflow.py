@@ -255,7 +255,9 @@ def test_a_setting_added_at_its_default_keeps_every_runs_fingerprint():
     one: adding a setting (here sac.actor_lr_ramp_updates and sac.actor_loss) must not change it. These are the
     seed-0 fingerprints of the main job as it was before those settings (now mini_paper_loss), as the code before
     them computes them."""
-    runs = expand(load_definitions(DEFINITIONS, STUDIES), ["mini_paper_loss"], "results", {"models": "resources/models"})
+    runs = expand(
+        load_definitions(DEFINITIONS, STUDIES), ["mini_paper_loss"], "results", {"models": "resources/models"}
+    )
     assert {(run.directory.parent.name, run.config.fingerprint) for run in runs if run.config.seed == 0} == {
         ("PPO-GLAM-481d8d05", "c9e7138ecdcf4c9f"),
         ("SAC-GLAM-607efcbe", "fff84b55115a5701"),
@@ -292,7 +294,9 @@ def test_the_longer_experiment_is_the_ten_seed_one_at_twice_its_steps(definition
     assert longer == demo and len(demo) == 3
     assert longer_steps == {2 * step for step in demo_steps} and not longer_seeds & demo_seeds  # tuning seeds
     experiments = definitions["experiments"]
-    assert experiments["mini_longer"]["claims"] == experiments["mini_ten_seeds"]["claims"] == experiments["mini"]["claims"]
+    assert (
+        experiments["mini_longer"]["claims"] == experiments["mini_ten_seeds"]["claims"] == experiments["mini"]["claims"]
+    )
 
 
 def test_an_experiment_is_defined_in_one_file(tmp_path):
