@@ -243,8 +243,8 @@ def test_main_runs_the_papers_settings_and_mini_shows_its_differences():
     assert "Update frequency" not in differing and "n-step" not in differing
 
 
-def test_the_main_jobs_task_leaves_a_random_policy_at_most_15_percent():
-    """The issue behind the main job asks for a task where hindsight matters: a random policy succeeds at most
+def test_the_demos_task_leaves_a_random_policy_at_most_15_percent():
+    """The demo's task is one where hindsight matters: a random policy succeeds at most
     15% of the time on the runs' own evaluation plan (the baseline the claims compare against)."""
     runs = paper_experiment_runs("mini")
     assert len({(repr(r.config.env), repr(r.config.eval)) for r in runs}) == 1, "every run plays the same task"

@@ -137,7 +137,7 @@ def test_a_live_job_is_re_attached_to_not_submitted_again(setup, how):
     if how == "recorded":
         runstate.write_job(run.directory, {"job_id": "77"})
     lease = RunLease(run.directory)
-    if how == "lease":  # a trainer of job 77 holds the run directory (the issue-11 lease)
+    if how == "lease":  # a trainer of job 77 holds the run directory (its lease)
         os.environ["SLURM_JOB_ID"] = "77"
         try:
             lease.acquire()

@@ -253,7 +253,7 @@ def test_local_runs_claim_their_torch_threads_as_snakemake_cores(tmp_path, defin
 def test_a_setting_added_at_its_default_keeps_every_runs_fingerprint():
     """done.json and checkpoints record the configuration's fingerprint, and a run resumes only under the same
     one: adding a setting (here sac.actor_lr_ramp_updates and sac.actor_loss) must not change it. These are the
-    seed-0 fingerprints of the main job as it was before those settings (now mini_paper_loss), as the code before
+    seed-0 fingerprints of the demo as it was before those settings (now mini_paper_loss), as the code before
     them computes them."""
     runs = expand(
         load_definitions(DEFINITIONS, STUDIES), ["mini_paper_loss"], "results", {"models": "resources/models"}

@@ -21,7 +21,7 @@ with a global batch of 256 (64 per rank); PPO collects 2,048 steps and runs 16 e
   evaluation   one evaluation round's policy passes (the random policy's episodes) spread over 10,000 steps
 "before" is SAC's update as it was before its passes were shared and skipped (benchmarks/sac_reference.py).
 Each critic input and weights option is counted with a target LM copy (the paper's soft-updated target);
-"no target LM" is the one-pass critic as the main job runs it (`target_lm: false`): Q and its target are
+"no target LM" is the one-pass critic as the demo runs it (`target_lm: false`): Q and its target are
 read from the policy's own passes, the target through the soft-updated MLP head only.
 
 Memory per rank is estimated, not measured (no GPU here): 4-bit base weights (nf4 with double
