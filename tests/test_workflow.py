@@ -469,10 +469,10 @@ def test_damaged_runs_and_failed_aggregations_never_cost_the_tables_already_made
 
 
 @pytest.mark.slow
-def test_kill_9_of_the_local_driver_then_the_same_command_resumes_every_run_once(tmp_path, definitions, tiny_models):
+def test_kill_9_of_the_local_driver_then_the_same_command_resumes_every_run_once(tmp_path, tiny_models):
     """kill -9 of a local Snakemake mid-campaign: its trainers checkpoint and stop on their own; the same command
     then finishes every run from its checkpoint, never against a lease held by an orphan (about 3 minutes)."""
-    longer = merge(definitions, {"experiments": {"smoke": {"settings": {"total_steps": 2048}}}})
+    longer = merge(load_definitions(DEFINITIONS), {"experiments": {"smoke": {"settings": {"total_steps": 2048}}}})
     experiment_file = tmp_path / "experiments.yaml"
     experiment_file.write_text(yaml.safe_dump(longer))
     runs = expand(longer, ["smoke"], tmp_path / "results", {"models": str(tiny_models["tiny-t5"].parent)})
