@@ -69,9 +69,12 @@ def random_policy(seed: int = 0) -> Policy:
 
 
 @torch.no_grad()
-def evaluate(policy: Policy, config: RunConfig, ranks: Ranks) -> dict[str, float]:
+def evaluate(
+    policy: Policy, config: RunConfig, ranks: Ranks, plan: tuple[tuple[str, str], ...] | None = None
+) -> dict[str, float]:
+    """Success rates of `policy` on the configuration's evaluation plan (or on `plan`'s (split, goal) pairs)."""
     cfg = config.eval
-    plan = evaluation_goals(config.env.simplified, cfg.episodes_per_type, cfg.test_episodes, cfg.seed)
+    plan = plan or evaluation_goals(config.env.simplified, cfg.episodes_per_type, cfg.test_episodes, cfg.seed)
     mine = [(i, split, goal) for i, (split, goal) in enumerate(plan) if i % ranks.world == ranks.rank]
     envs = [PlaygroundText(config.env, seed=cfg.seed + 7919 * i) for i, _, _ in mine]
     obs, infos = (

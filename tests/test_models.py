@@ -15,6 +15,7 @@ from sacglam_core.agent.policy import CandidateDistribution
 from sacglam_core.agent.tokens import PromptTokens
 from sacglam_core.config import LoraSettings, ModelConfig
 from sacglam_core.envs import VectorPlayground, prompt
+from sacglam_core.models.corpus import corpus
 from sacglam_core.models.loading import (
     ModelNotFoundError,
     load_model,
@@ -22,7 +23,7 @@ from sacglam_core.models.loading import (
     lora_target_modules,
     resolve_dtype,
 )
-from sacglam_core.models.tiny import TinySpec, pretrain_prior, tiny_t5
+from sacglam_core.models.tiny import TINY_PRETRAINED, TinySpec, pretrain_language, pretrain_prior, tiny_causal, tiny_t5
 from sacglam_core.models.tokenizer import build_tokenizer
 
 
@@ -71,6 +72,41 @@ def test_tiny_build_gives_the_same_bytes_in_another_process(tiny_models, tmp_pat
     for name in ("tiny-t5", "tiny-causal"):
         ours, theirs = tmp_path / name / "model.safetensors", tiny_models[name] / "model.safetensors"
         assert ours.read_bytes() == theirs.read_bytes(), name
+
+
+def test_language_pretraining_is_reproducible():
+    spec = TinySpec(lm_epochs=1, lm_batch=16)
+    lines = corpus(spec.seed)[:64]
+    states = []
+    for _ in range(2):
+        torch.manual_seed(spec.seed)
+        tokenizer = build_tokenizer(add_eos=False, extra=lines)
+        model = tiny_causal(len(tokenizer), spec)
+        pretrain_language(model, tokenizer, lines, spec)
+        states.append(model.state_dict())
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+
+
+@pytest.mark.slow
+def test_pretrained_build_gives_the_same_bytes_in_two_processes_at_once(tmp_path):
+    """The command the workflow runs, twice at once with the default thread count (about 10 minutes on 2 cores)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    builds = [
+        subprocess.Popen(
+            [sys.executable, "-m", "sacglam_core.models", "build-pretrained", str(tmp_path / str(i))],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    logs = [build.communicate()[0] for build in builds]
+    assert all(build.returncode == 0 for build in builds), logs
+    assert "nats per token" in logs[0]
+    first, second = (tmp_path / str(i) / TINY_PRETRAINED for i in range(2))
+    for name in ("model.safetensors", "tokenizer.json"):
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
 
 
 def test_tiny_models_load_offline_and_start_near_the_uniform_policy(tiny_path):

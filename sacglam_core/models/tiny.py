@@ -1,15 +1,22 @@
-"""Tiny models built offline for tests and the local profile: a T5 and a Llama-style causal LM.
+"""Tiny models built offline for tests and the local profile: a T5 and a Llama-style causal LM, and the same
+causal LM pre-trained on language.
 
-Both share a word-level tokenizer trained on the environment's vocabulary. A randomly initialised LM
+The first two share a word-level tokenizer trained on the environment's vocabulary. A randomly initialised LM
 scores short actions far above long ones (each token costs about log(vocab)), which a pre-trained LLM
-does not. So the build ends with a short, task-agnostic "pre-training" that fits the GLAM policy to the
-uniform distribution over the candidates of prompts from random play. The tiny model then starts near
-the uniform (random) policy and tells the scene's objects apart, but knows nothing of the goals.
-Everything is seeded, so a build is reproducible.
+does not. So their build ends with a short, task-agnostic "pre-training" that fits the GLAM policy to the
+uniform distribution over the candidates of prompts from random play. They then start near the uniform
+(random) policy and tell the scene's objects apart, but know nothing of the goals: GLAM's non-pretrained agent.
+
+`tiny-causal-pretrained` learns language instead, by next-token prediction on the corpus of `corpus.py`
+(taxonomy, colours, affordances in prose, definitions, scenes and selection tasks of other domains, no
+solution of the task), meant to give a prior like a pre-trained LLM's: `python -m sacglam_core.models prior`
+measures it (docs/prior.md).
+Everything is seeded and runs on one thread, so a build is reproducible.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
@@ -18,11 +25,13 @@ from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, T5Config, T5ForConditionalGeneration
 
 from sacglam_core.envs import EnvConfig, VectorPlayground
+from sacglam_core.models.corpus import corpus
 from sacglam_core.models.tokenizer import build_tokenizer
 from sacglam_core.settings import settings
 
 TINY_T5 = "tiny-t5"
 TINY_CAUSAL = "tiny-causal"
+TINY_PRETRAINED = "tiny-causal-pretrained"
 
 
 @settings
@@ -34,6 +43,9 @@ class TinySpec:
     prior_steps: int = 60
     prior_batch: int = 32
     prior_lr: float = 2e-3
+    lm_epochs: int = 4  # passes over the language corpus (tiny-causal-pretrained)
+    lm_batch: int = 64
+    lm_lr: float = 3e-3
     seed: int = 0
 
 
@@ -114,8 +126,43 @@ def pretrain_prior(model: PreTrainedModel, tokenizer, spec: TinySpec) -> float:
     return kl
 
 
+def pretrain_language(model: PreTrainedModel, tokenizer, lines: list[str], spec: TinySpec) -> float:
+    """Next-token prediction on `lines`, `spec.lm_epochs` passes in a seeded order. Returns the last epoch's mean
+    loss per token, in nats."""
+    rng = random.Random(spec.seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=spec.lm_lr)
+    # Linear decay to zero: the model ends where the loss has settled, not wherever the last full-rate step left it.
+    steps = spec.lm_epochs * math.ceil(len(lines) / spec.lm_batch)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / steps)
+    model.train()
+    loss_per_token = float("nan")
+    for epoch in range(spec.lm_epochs):
+        order = list(range(len(lines)))
+        rng.shuffle(order)
+        total, tokens = 0.0, 0
+        for start in range(0, len(order), spec.lm_batch):
+            batch = tokenizer(
+                [lines[i] for i in order[start : start + spec.lm_batch]], padding=True, return_tensors="pt"
+            )
+            labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+            loss = model(**batch, labels=labels).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            count = int((labels[:, 1:] != -100).sum())
+            total, tokens = total + loss.item() * count, tokens + count
+        loss_per_token = total / tokens
+        print(
+            f"  language pre-training epoch {epoch + 1}/{spec.lm_epochs}: {loss_per_token:.3f} nats per token",
+            flush=True,
+        )
+    model.eval()
+    return loss_per_token
+
+
 def build_tiny(out_dir: str | Path, spec: TinySpec | None = None) -> dict[str, Path]:
-    """Write `<out_dir>/tiny-t5` and `<out_dir>/tiny-causal` (model and tokenizer each)."""
+    """Write `<out_dir>/tiny-t5` and `<out_dir>/tiny-causal` (model and tokenizer each): the uniform-prior models."""
     spec = spec or TinySpec()
     out_dir = Path(out_dir)
     paths = {}
@@ -124,15 +171,29 @@ def build_tiny(out_dir: str | Path, spec: TinySpec | None = None) -> dict[str, P
         tokenizer = build_tokenizer(add_eos=add_eos)
         model = builder(len(tokenizer), spec)
         kl = pretrain_prior(model, tokenizer, spec)
-        path = out_dir / name
-        tmp = out_dir / f".{name}.tmp"
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        _replace_dir(tmp, path)
-        size = sum(p.numel() for p in model.parameters())
-        print(f"built {path}: {size:,} parameters, KL(uniform || policy) {kl:.4f} nats")
-        paths[name] = path
+        paths[name] = _save(model, tokenizer, out_dir / name, f"KL(uniform || policy) {kl:.4f} nats")
     return paths
+
+
+def build_pretrained(out_dir: str | Path, spec: TinySpec | None = None) -> Path:
+    """Write `<out_dir>/tiny-causal-pretrained`: the causal LM after next-token prediction on the corpus."""
+    spec = spec or TinySpec()
+    torch.manual_seed(spec.seed)
+    lines = corpus(spec.seed)
+    tokenizer = build_tokenizer(add_eos=False, extra=lines)
+    model = tiny_causal(len(tokenizer), spec)
+    loss = pretrain_language(model, tokenizer, lines, spec)
+    what = f"{len(lines):,} corpus lines, {loss:.3f} nats per token"
+    return _save(model, tokenizer, Path(out_dir) / TINY_PRETRAINED, what)
+
+
+def _save(model: PreTrainedModel, tokenizer, path: Path, what: str) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    _replace_dir(tmp, path)
+    print(f"built {path}: {sum(p.numel() for p in model.parameters()):,} parameters, {what}", flush=True)
+    return path
 
 
 def _replace_dir(tmp: Path, final: Path) -> None:

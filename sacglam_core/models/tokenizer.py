@@ -26,13 +26,15 @@ def environment_corpus() -> list[str]:
     ]
 
 
-def build_tokenizer(add_eos: bool) -> PreTrainedTokenizerFast:
-    """Lower-cased words and punctuation; `add_eos` appends `</s>` (T5 style), else prepends `<s>`."""
+def build_tokenizer(add_eos: bool, extra: list[str] | None = None) -> PreTrainedTokenizerFast:
+    """Lower-cased words and punctuation of the environment (and of the `extra` text, for a model pre-trained on
+    it); `add_eos` appends `</s>` (T5 style), else prepends `<s>`."""
     tokenizer = Tokenizer(models.WordLevel(unk_token=UNK))
     tokenizer.normalizer = normalizers.Lowercase()
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer.train_from_iterator(
-        environment_corpus(), trainers.WordLevelTrainer(special_tokens=SPECIAL_TOKENS, show_progress=False)
+        environment_corpus() + list(extra or []),
+        trainers.WordLevelTrainer(special_tokens=SPECIAL_TOKENS, show_progress=False),
     )
     template = f"$A {EOS}" if add_eos else f"{BOS} $A"
     tokenizer.post_processor = processors.TemplateProcessing(

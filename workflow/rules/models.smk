@@ -15,6 +15,17 @@ rule build_tiny_models:
         shell("OMP_NUM_THREADS=1 {params.python} -m sacglam_core.models build-tiny {MODELS} > {log} 2>&1")
 
 
+rule build_pretrained_model:
+    output:
+        directory(MODELS / "tiny-causal-pretrained"),
+    log:
+        MODELS / "build-pretrained.log",
+    params:
+        python=PYTHON,
+    run:
+        shell("OMP_NUM_THREADS=1 {params.python} -m sacglam_core.models build-pretrained {MODELS} > {log} 2>&1")
+
+
 rule stage_model:
     output:
         HF_CACHE / staging.FLAGS / "{name}.done",

@@ -1,0 +1,172 @@
+"""A model's zero-shot policy on an experiment's task, before any RL, against the targets fixed in
+workflow/config/prior_targets.yaml.
+
+    python -m sacglam_core.models prior resources/models/tiny-causal-pretrained [--targets FILE]
+
+Per goal type, on train goals and on test goals: the random policy's success, the model's sampled and greedy
+success (`episodes_per_type` episodes per type and split), its entropy relative to the uniform policy over the
+candidates, and its goal sensitivity: the total variation between its policies for the same observation under
+the state's goal and under another goal of the same split (0 for a policy blind to goals). A split's overall
+success weights its types by the train goals' type distribution, so that train and test compare like with like
+(the test goals are mostly Grow goals, the train goals mostly Grasp ones).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from sacglam_core.agent import AgentConfig, GlamAgent
+from sacglam_core.config import RunConfig, parse_config
+from sacglam_core.distributed import Ranks
+from sacglam_core.envs import GoalType, PlaygroundText, catalog
+from sacglam_core.evaluation import agent_policy, evaluate, metric_name, random_policy
+from sacglam_core.pipeline import yamlfile
+from sacglam_core.pipeline.experiments import DEFINITION_FILES, expand, load_definitions, merge
+
+TARGETS = "workflow/config/prior_targets.yaml"
+
+
+@dataclass(frozen=True)
+class State:
+    goal: str
+    observation: str
+    candidates: list[str]
+
+
+def task_config(experiment: str, model: str, episodes_per_type: int, greedy: bool = False) -> RunConfig:
+    """The experiment's first run's configuration, with `model` and `episodes_per_type` episodes per goal type
+    and as many test episodes, evaluated sampling from the policy or greedily."""
+    definitions = load_definitions(*DEFINITION_FILES)
+    run = expand(definitions, [experiment], "unused", {"models": str(Path(model).parent)})[0]
+    overrides = {
+        "model": {"name_or_path": model, "lora": None, "load_in_4bit": False, "dtype": "float32", "device": "cpu"},
+        "eval": {"episodes_per_type": episodes_per_type, "test_episodes": episodes_per_type, "greedy": greedy},
+    }
+    return parse_config(merge(run.settings, overrides), source=f"experiment {experiment!r} with {model}")
+
+
+def random_play_states(config: RunConfig, split: str, count: int, seed: int) -> list[State]:
+    """States reached by the random policy from goals of `split`, as many from each goal type."""
+    rng = random.Random(seed)
+    goals = catalog()
+    pool = goals.goals(split, config.env.simplified)
+    by_type: dict[GoalType, list[str]] = {}
+    for goal in pool:
+        by_type.setdefault(goals.parse(goal).type, []).append(goal)
+    states = []
+    for i in range(count):
+        goal = rng.choice(by_type[list(by_type)[i % len(by_type)]])
+        env = PlaygroundText(config.env, seed=seed + i)
+        obs, info = env.reset(options={"goal": goal})
+        for _ in range(rng.randrange(config.env.max_steps)):
+            next_obs, _, terminated, truncated, next_info = env.step(rng.choice(info["possible_actions"]))
+            if terminated or truncated:
+                break
+            obs, info = next_obs, next_info
+        states.append(State(goal, obs, list(info["possible_actions"])))
+    return states
+
+
+@torch.no_grad()
+def policy_measures(agent: GlamAgent, states: list[State], pool: list[str], seed: int) -> list[tuple[float, float]]:
+    """Per state: entropy / log(candidates), and the total variation to the policy under another goal of `pool`."""
+    rng = random.Random(seed)
+    others = [rng.choice([g for g in rng.sample(pool, 2) if g != s.goal]) for s in states]
+    measures = []
+    for start in range(0, len(states), 64):
+        chunk, swapped = states[start : start + 64], others[start : start + 64]
+        obs, candidates = [s.observation for s in chunk], [s.candidates for s in chunk]
+        policy, _ = agent.policy(agent.batch([s.goal for s in chunk], obs, candidates))
+        other, _ = agent.policy(agent.batch(swapped, obs, candidates))
+        tv = 0.5 * (policy.probs - other.probs).abs().sum(1)
+        counts = policy.mask.sum(1).float()
+        ratio = (policy.entropy() / counts.log().clamp_min(1e-9)).where(counts > 1, torch.ones_like(counts))
+        measures += list(zip(ratio.tolist(), tv.tolist()))
+    return measures
+
+
+def stratified_plan(config: RunConfig, split: str, per_type: int) -> tuple[tuple[str, str], ...]:
+    """`per_type` goals of each type of `split`, labelled `train` so that `evaluate` reports them per type."""
+    rng = random.Random(config.eval.seed)
+    goals = catalog()
+    by_type: dict[GoalType, list[str]] = {}
+    for goal in goals.goals(split, config.env.simplified):
+        by_type.setdefault(goals.parse(goal).type, []).append(goal)
+    return tuple(("train", rng.choice(by_type[t])) for t in GoalType if t in by_type for _ in range(per_type))
+
+
+def measure(model: str, experiment: str, episodes_per_type: int, states: int) -> dict[str, dict[str, float]]:
+    """Per row (`<split> <goal type>` and `<split>` overall): random, sampled and greedy success, entropy ratio and
+    goal sensitivity."""
+    config = task_config(experiment, model, episodes_per_type)
+    greedy = task_config(experiment, model, episodes_per_type, greedy=True)
+    agent = GlamAgent.from_config(AgentConfig(config.model))
+    goals = catalog()
+    rows: dict[str, dict[str, float]] = {}
+    for split in ("train", "test"):
+        plan = stratified_plan(config, split, episodes_per_type)
+        success = {
+            "random": evaluate(random_policy(config.eval.seed), config, Ranks(), plan),
+            "sampled": evaluate(agent_policy(agent, config, 0), config, Ranks(), plan),
+            "greedy": evaluate(agent_policy(agent, greedy, 0), config, Ranks(), plan),
+        }
+        seen = random_play_states(config, split, states, seed=config.eval.seed + (split == "test"))
+        per_state = policy_measures(agent, seen, goals.goals(split, config.env.simplified), config.eval.seed)
+        groups: dict[str, list[int]] = {split: list(range(len(seen)))}
+        for i, state in enumerate(seen):
+            groups.setdefault(f"{split} {goals.parse(state.goal).type.value}", []).append(i)
+        for row, members in groups.items():
+            key = "eval_success" if row == split else metric_name(GoalType(row.split(" ", 1)[1]))
+            rows[row] = {name: result[key] for name, result in success.items()}
+            rows[row]["entropy_ratio"] = sum(per_state[i][0] for i in members) / len(members)
+            rows[row]["goal_sensitivity"] = sum(per_state[i][1] for i in members) / len(members)
+    return dict(sorted(rows.items(), key=lambda item: (item[0].split()[0] == "test", " " not in item[0], item[0])))
+
+
+def checks(rows: dict[str, dict[str, float]], targets: dict[str, dict[str, float]]) -> list[tuple[str, float, bool]]:
+    """Each target's name, measured value and whether it lies in its range."""
+    train, test = rows["train"], rows["test"]
+    values = {
+        "sampled_minus_random": train["sampled"] - train["random"],
+        "sampled_success": train["sampled"],
+        "greedy_success": train["greedy"],
+        "entropy_ratio": train["entropy_ratio"],
+        "goal_sensitivity": train["goal_sensitivity"],
+        "train_minus_test": train["sampled"] - test["sampled"],
+    }
+    unknown = set(targets) - set(values)
+    if unknown:
+        raise ValueError(f"unknown targets {sorted(unknown)}; known: {sorted(values)}")
+    result = []
+    for name, bounds in targets.items():
+        value = values[name]
+        inside = bounds.get("min", -math.inf) <= value <= bounds.get("max", math.inf)
+        result.append((name, value, inside))
+    return result
+
+
+def report(model: str, targets_file: str | Path = TARGETS) -> bool:
+    """Print the measurements and each target; whether all targets hold."""
+    spec = yamlfile.load(targets_file, "prior targets")
+    rows = measure(model, spec["experiment"], spec["episodes_per_type"], spec["states"])
+    n = spec["episodes_per_type"]
+    print(f"{model} on {spec['experiment']}'s task: {n} episodes per goal type and split, {spec['states']} states each")
+    print(f"  {'goals':<24} {'random':>7} {'sampled':>8} {'greedy':>7} {'H/Huniform':>11} {'goal TV':>8}")
+    for row, v in rows.items():
+        print(
+            f"  {row:<24} {v['random']:7.3f} {v['sampled']:8.3f} {v['greedy']:7.3f} "
+            f"{v['entropy_ratio']:11.3f} {v['goal_sensitivity']:8.3f}"
+        )
+    se = math.sqrt(0.25 / n)
+    print(f"  (a success rate's standard error is at most {se:.3f} per row)")
+    results = checks(rows, spec["targets"])
+    for name, value, inside in results:
+        bounds = spec["targets"][name]
+        span = f"[{bounds.get('min', '-inf')}, {bounds.get('max', 'inf')}]"
+        print(f"{'HOLDS' if inside else 'MISSES'}  {name} = {value:.3f} in {span}")
+    return all(inside for _, _, inside in results)
