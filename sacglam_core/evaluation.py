@@ -38,9 +38,7 @@ def evaluation_goals(simplified: bool, per_type: int, test: int, seed: int) -> t
     rng = random.Random(seed)
     goals = catalog()
     chosen: list[tuple[str, str]] = []
-    by_type: dict[GoalType, list[str]] = {}
-    for g in goals.goals("train", simplified):
-        by_type.setdefault(goals.parse(g).type, []).append(g)
+    by_type = goals.by_type("train", simplified)
     for goal_type in GoalType:
         if goal_type in by_type:
             chosen += [("train", rng.choice(by_type[goal_type])) for _ in range(per_type)]

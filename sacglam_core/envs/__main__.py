@@ -34,11 +34,9 @@ def print_stats() -> None:
 def random_success(config: EnvConfig, episodes: int, seed: int = 0) -> dict[GoalType, float]:
     """Success of the uniform random policy per goal type, on `episodes` train goals drawn per type."""
     goals = catalog()
-    by_type: dict[GoalType, list[str]] = {}
-    for goal in goals.goals("train", config.simplified):
-        by_type.setdefault(goals.parse(goal).type, []).append(goal)
     rates = {}
-    for goal_type, pool in by_type.items():  # the same draws per type whatever happened in other types
+    # The same draws per type whatever happened in other types.
+    for goal_type, pool in goals.by_type("train", config.simplified).items():
         rng, env = random.Random(f"{seed}:{goal_type}"), PlaygroundText(config, seed=seed)
         successes = 0
         for _ in range(episodes):

@@ -125,6 +125,13 @@ class GoalCatalog:
             raise ValueError(f"unknown split {split!r}; expected 'train' or 'test'")
         return list(self.simple_by_split[split] if simplified else self.by_split[split])
 
+    def by_type(self, split: str, simplified: bool = False) -> dict[GoalType, list[str]]:
+        """The goal strings of a split, grouped by goal type (types in order of first appearance)."""
+        grouped: dict[GoalType, list[str]] = {}
+        for text in self.goals(split, simplified):
+            grouped.setdefault(self.parse(text).type, []).append(text)
+        return grouped
+
     def parse(self, text: str) -> Goal:
         try:
             return self._goals[text]

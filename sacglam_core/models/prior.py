@@ -53,11 +53,7 @@ def task_config(experiment: str, model: str, episodes_per_type: int, greedy: boo
 def random_play_states(config: RunConfig, split: str, count: int, seed: int) -> list[State]:
     """States reached by the random policy from goals of `split`, as many from each goal type."""
     rng = random.Random(seed)
-    goals = catalog()
-    pool = goals.goals(split, config.env.simplified)
-    by_type: dict[GoalType, list[str]] = {}
-    for goal in pool:
-        by_type.setdefault(goals.parse(goal).type, []).append(goal)
+    by_type = catalog().by_type(split, config.env.simplified)
     states = []
     for i in range(count):
         goal = rng.choice(by_type[list(by_type)[i % len(by_type)]])
@@ -93,10 +89,7 @@ def policy_measures(agent: GlamAgent, states: list[State], pool: list[str], seed
 def stratified_plan(config: RunConfig, split: str, per_type: int) -> tuple[tuple[str, str], ...]:
     """`per_type` goals of each type of `split`, labelled `train` so that `evaluate` reports them per type."""
     rng = random.Random(config.eval.seed)
-    goals = catalog()
-    by_type: dict[GoalType, list[str]] = {}
-    for goal in goals.goals(split, config.env.simplified):
-        by_type.setdefault(goals.parse(goal).type, []).append(goal)
+    by_type = catalog().by_type(split, config.env.simplified)
     return tuple(("train", rng.choice(by_type[t])) for t in GoalType if t in by_type for _ in range(per_type))
 
 
