@@ -28,3 +28,11 @@ def test_gpu_check_trains_both_algorithms_in_both_dtypes_on_a_cpu(tiny_models):
     assert [r[0] for r in rows] == ["SAC-GLAM+HER", "PPO-GLAM"] * 2  # both variants, in both dtypes
     assert all(float(steps_per_s) > 0 and float(updates_per_s) > 0 for _, steps_per_s, updates_per_s in rows)
     assert out.count("prompts/s") == 2 and out.rstrip().endswith("all checks passed")
+
+
+def test_gpu_check_refuses_a_run_too_short_for_ppo_to_update():
+    # At or under the rollout's length PPO never updates, so its "LoRA trained" check would fail for that alone.
+    command = [sys.executable, "-m", "sacglam_core.benchmarks.gpu_check", "--device=cpu", "--steps=64", "--small"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "--steps must exceed PPO's rollout of 64 steps" in result.stderr.splitlines()[-1]

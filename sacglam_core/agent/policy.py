@@ -33,8 +33,12 @@ class CandidateDistribution:
         return -(self.probs * self.log_probs).sum(1)
 
     def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
-        """One candidate column per prompt."""
-        return torch.multinomial(self.probs.float(), 1, generator=generator).squeeze(1)
+        """One candidate column per prompt, drawn where `generator` lives (the trainer's and the evaluation's
+        are CPU generators, so a run draws the same actions on a GPU as on a CPU)."""
+        probs = self.probs.float()
+        if generator is not None:
+            probs = probs.to(generator.device)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1).to(self.log_probs.device)
 
     def greedy(self) -> torch.Tensor:
         return self.log_probs.masked_fill(~self.mask, float("-inf")).argmax(1)
