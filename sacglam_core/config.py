@@ -279,8 +279,9 @@ class EvalConfig:
 
     every_steps: Positive = 10_000
     """Environment steps between evaluations (also one at step 0 and one at the end)."""
-    episodes_per_type: Positive = 32
-    """Episodes per evaluation on train goals of each goal type (stratified)."""
+    episodes_per_type: Positive = 176
+    """Episodes per evaluation on train goals of each goal type (stratified). 176: a standard error of at most 0.03
+    on the weighted success whatever the rates (`evaluation.episodes_for_standard_error`); 32 gave about 0.07."""
     test_episodes: NonNegative = 64
     """Episodes per evaluation on goals of the test split (0: none)."""
     greedy: bool = False

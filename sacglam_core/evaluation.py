@@ -7,9 +7,10 @@ the per-type rates by the environment's own goal-type distribution. Episodes are
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import cache
 
 import numpy as np
@@ -30,6 +31,24 @@ def goal_type_prior(env: EnvConfig) -> np.ndarray:
 
 def metric_name(goal_type: GoalType) -> str:
     return "eval_success_" + goal_type.value.replace(" ", "_")
+
+
+def success_standard_error(rates: Mapping[str, float], config: RunConfig) -> float:
+    """The binomial standard error of one evaluation's `eval_success` (`rates`: its metrics row), the goal-type
+    weighted mean of per-type rates over `eval.episodes_per_type` episodes each: sqrt(sum_t p_t^2 r_t(1-r_t) / n)."""
+    n = config.eval.episodes_per_type
+    variance = 0.0
+    for p, goal_type in zip(goal_type_prior(config.env), GoalType):
+        rate = rates.get(metric_name(goal_type))
+        if p > 0 and rate is not None and math.isfinite(rate):
+            variance += p * p * rate * (1 - rate) / n
+    return math.sqrt(variance)
+
+
+def episodes_for_standard_error(env: EnvConfig, at_most: float) -> int:
+    """Episodes per goal type for which `eval_success`'s standard error is at most `at_most` whatever the rates
+    (the worst case: every type at 0.5)."""
+    return math.ceil(float((goal_type_prior(env) ** 2).sum()) * 0.25 / at_most**2)
 
 
 @cache

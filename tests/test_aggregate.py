@@ -10,6 +10,8 @@ import pytest
 import yaml
 
 from sacglam_core.config import dump_config
+from sacglam_core.envs import GoalType
+from sacglam_core.evaluation import episodes_for_standard_error, goal_type_prior, metric_name, success_standard_error
 from sacglam_core.metrics import COLUMNS
 from sacglam_core.pipeline.aggregate import (
     Experiment,
@@ -28,7 +30,7 @@ from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load
 from sacglam_core.pipeline.figures import curves_figure
 from sacglam_core.pipeline.outputs import expected_outputs, write_experiment_results
 from sacglam_core.pipeline.outputs import main as outputs_main
-from sacglam_core.pipeline.tables import DIFFERS, hyperparameters
+from sacglam_core.pipeline.tables import DIFFERS, hyperparameters, summary_markdown
 
 DEFINITIONS = {
     "defaults": {  # evaluations at steps 0, 100, 200, 300 and 400
@@ -152,6 +154,27 @@ def test_summary_table_values_and_missing_seeds(experiment_dir):
     assert sac["env_steps_per_s_mean"] == pytest.approx(400 / 144)
     assert sac["gpu_hours_mean"] == pytest.approx(4 * 144 / 3600)
     assert summary.loc["PPO", "seeds"] == "2/3"
+    # the evaluation's own standard error: grasp at s and grow at s / 2 over n episodes each, weighted by the
+    # goal types' shares; seed 0 ends at grasp 1.0 (no variance) and grow 0.5, seed 2 at 0.75 and 0.375
+    p, n = dict(zip(GoalType, goal_type_prior(runs[0].config.env))), runs[0].config.eval.episodes_per_type
+    se = [math.sqrt(p[GoalType.GRASP] ** 2 * g * (1 - g) / n + p[GoalType.GROW] ** 2 * w * (1 - w) / n)
+          for g, w in ((1.0, 0.5), (1.0, 0.5), (0.75, 0.375))]  # fmt: skip
+    assert sac["final_success_se_mean"] == pytest.approx(np.mean(se))
+    assert summary_markdown(summary_table(experiment))["evaluation SE, final (largest)"].iloc[1].startswith(
+        f"{np.mean(se):.3f} ("
+    )
+
+
+def test_every_ranking_experiment_evaluates_enough_episodes_for_a_standard_error_of_3_points():
+    """At the worst case (every goal type at 0.5), the weighted final success of the paper's experiments and of
+    the demo has a standard error of at most 0.03."""
+    definitions = load_definitions(ROOT / "workflow/config/experiments.yaml")
+    for name in [n for n in definitions["experiments"] if n != "smoke"]:
+        for run in paper_experiment_runs(name):
+            needed = episodes_for_standard_error(run.config.env, 0.03)
+            assert run.config.eval.episodes_per_type >= needed, (name, run.variant, needed)
+            worst = {metric_name(t): 0.5 for t in GoalType}
+            assert success_standard_error(worst, run.config) <= 0.03
 
 
 def test_iqm_and_probability_of_improvement():

@@ -14,7 +14,8 @@ little fewer than Flan-T5's.
 
 Settings are the paper's (Tables 1-3, Appendix C) on 4 data-parallel ranks: SAC updates every 32 steps x 2
 with a global batch of 256 (64 per rank); PPO collects 2,048 steps and runs 16 epochs of minibatches of
-256; 192 evaluation episodes every 10,000 steps. FLOPs per environment step:
+256; 768 evaluation episodes every 10,000 steps (176 per goal type and 64 on test goals; `--eval-per-type`).
+FLOPs per environment step:
   acting       the policy pass over the environments' prompts (PPO: with its value head)
   critic       SAC's critic updates (the target's passes included)
   actor        SAC's actor and alpha updates; PPO's 16 epochs and the pass that prepares them
@@ -55,7 +56,7 @@ from sacglam_core.algos.ppo import PPO, Transition
 from sacglam_core.algos.sac import SAC
 from sacglam_core.benchmarks import add_threads_argument, pin_threads
 from sacglam_core.benchmarks.sac_reference import reference_batches, reference_critic_update
-from sacglam_core.config import RunConfig, parse_config
+from sacglam_core.config import EvalConfig, RunConfig, parse_config
 from sacglam_core.distributed import Ranks
 from sacglam_core.envs import EnvConfig, VectorPlayground
 from sacglam_core.envs.playground import ACTION_VOCABULARY
@@ -68,6 +69,7 @@ from sacglam_core.trajectories import Episode, EpisodeRecorder
 RANKS = 4  # the paper's 4 LLM instances (Appendix C)
 RUN_STEPS = 400_000
 PAPER_GPU_HOURS = 80  # per seed, 4 V100 32GB (Appendix C)
+EVAL_PER_TYPE = EvalConfig().episodes_per_type
 GPUS = {"V100 fp16": (125e12, 4), "H100 bf16": (989e12, 1)}  # dense peak FLOP/s, GPUs per run
 NF4_BITS = 4.127  # 4-bit weights with double-quantized absmax constants (QLoRA)
 CRITIC_INPUTS = ("obs_action", "obs", "decoded_action")
@@ -129,10 +131,13 @@ def measure(fn: Callable[[], object]) -> Cost:
     return Cost(flops.get_total_flops(), memory.peak)
 
 
-def paper_config(algorithm: str, her: bool, critic: CriticConfig | None = None) -> RunConfig:
+def paper_config(
+    algorithm: str, her: bool, critic: CriticConfig | None = None, eval_per_type: int = EVAL_PER_TYPE
+) -> RunConfig:
     """The paper's settings for one rank of 4 (SAC's batch is the per-rank 64 of the global 256)."""
     settings: dict = {
         "algorithm": algorithm,
+        "eval": {"episodes_per_type": eval_per_type},
         "model": {"name_or_path": "flan-t5-base-shaped", "dtype": "bfloat16", "lora": {}},
         "num_envs": 32,
         "her": {"enabled": her},
@@ -353,10 +358,13 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=4, help="sampled update batches averaged per setting")
     parser.add_argument("--steps", type=int, default=300, help="vector steps of random play that fill the buffer")
     parser.add_argument("--quick", action="store_true", help="only the paper's critic and the one-pass one")
+    parser.add_argument(
+        "--eval-per-type", type=int, default=EVAL_PER_TYPE, help="evaluation episodes per goal type (and 64 test)"
+    )
     add_threads_argument(parser)
     args = parser.parse_args()
-    if not 0 < args.fraction_of_peak <= 1 or args.batches < 1 or args.steps < 1:
-        parser.error("--fraction-of-peak must be in (0, 1], --batches and --steps positive")
+    if not 0 < args.fraction_of_peak <= 1 or min(args.batches, args.steps, args.eval_per_type) < 1:
+        parser.error("--fraction-of-peak must be in (0, 1], --batches, --steps and --eval-per-type positive")
     pin_threads(args.threads)
     print("step_cost: Flan-T5-base shape, LoRA, bf16 on the meta device")
     play = random_play(PromptTokens(build_tokenizer(add_eos=True)), args.steps)
@@ -370,7 +378,7 @@ def main() -> None:
         f"{'before':>9} {'ratio':>6} {'GiB/rk':>7} " + " ".join(f"{g:>16}" for g in GPUS)
     )
     print(" " * 115 + " ".join(f"{'st/s':>8} {'GPU-h':>7}" for _ in GPUS))
-    settings = [("PPO-GLAM", paper_config("ppo", her=False))]
+    settings = [("PPO-GLAM", paper_config("ppo", False, None, args.eval_per_type))]
     critics = [PAPER_CRITIC, ("decoded_action", "shared")] if args.quick else [
         (i, w) for i in CRITIC_INPUTS for w in CRITIC_WEIGHTS
     ]  # fmt: skip
@@ -380,7 +388,7 @@ def main() -> None:
             label = f"{'SAC-GLAM+HER' if her else 'SAC-GLAM'} / {critic_input}, {weights}"
             label += "" if target_lm else ", no target LM"
             critic = CriticConfig(input=critic_input, weights=weights, target_lm=target_lm)
-            settings.append((label, paper_config("sac", her, critic)))
+            settings.append((label, paper_config("sac", her, critic, args.eval_per_type)))
     with masks_without_values():
         for label, config in settings:
             cost = step_cost(counting_agent(config), config, play, RANKS, args.batches)

@@ -18,7 +18,7 @@ from scipy import stats
 
 from sacglam_core.config import ConfigError, RunConfig, load_config
 from sacglam_core.envs import GoalType
-from sacglam_core.evaluation import metric_name
+from sacglam_core.evaluation import metric_name, success_standard_error
 from sacglam_core.metrics import evaluation_steps
 from sacglam_core.pipeline import runstate
 from sacglam_core.pipeline.experiments import Run
@@ -223,10 +223,14 @@ def per_run(experiment: Experiment) -> pd.DataFrame:
         last = run.iloc[-1]
         summary = experiment.summaries[(variant, seed)]
         hours = summary.get("wall_seconds", last["wall_seconds"]) / 3600
+        config = experiment.configs[variant]
+        errors = [success_standard_error(point, config) for point in run.to_dict("records")]
         row = {
             "variant": variant,
             "seed": seed,
             "final_success": float(success[-1]),
+            "final_success_se": errors[-1],  # the evaluation's own noise, not the spread over seeds
+            "largest_se": max(errors),  # over the run's evaluation points
             "auc": area_under_curve(steps, success),
             "steps_to_50": steps_to(steps, success, 0.5),
             "steps_to_80": steps_to(steps, success, 0.8),

@@ -200,6 +200,8 @@ def summary_markdown(summary: pd.DataFrame) -> pd.DataFrame:
     seeds = [f"{n} ({k} left out)" if k else n for n, k in zip(summary["seeds"], summary["left_out"])]
     out = pd.DataFrame({"variant": summary["variant"], "seeds": seeds})
     out["final success"] = [_pm(m, s) for m, s in zip(summary["final_success_mean"], summary["final_success_std"])]
+    errors = zip(summary["final_success_se_mean"], summary["largest_se_mean"])
+    out["evaluation SE, final (largest)"] = ["–" if math.isnan(f) else f"{f:.3f} ({g:.3f})" for f, g in errors]
     out["AUC"] = [_pm(m, s) for m, s in zip(summary["auc_mean"], summary["auc_std"])]
     for t in (50, 80):
         cols = summary[f"steps_to_{t}_mean"], summary[f"steps_to_{t}_std"], summary[f"steps_to_{t}_reached"]
