@@ -160,8 +160,10 @@ def test_summary_table_values_and_missing_seeds(experiment_dir):
     se = [math.sqrt(p[GoalType.GRASP] ** 2 * g * (1 - g) / n + p[GoalType.GROW] ** 2 * w * (1 - w) / n)
           for g, w in ((1.0, 0.5), (1.0, 0.5), (0.75, 0.375))]  # fmt: skip
     assert sac["final_success_se_mean"] == pytest.approx(np.mean(se))
-    assert summary_markdown(summary_table(experiment))["evaluation SE, final (largest)"].iloc[1].startswith(
-        f"{np.mean(se):.3f} ("
+    assert (
+        summary_markdown(summary_table(experiment))["evaluation SE, final (largest)"]
+        .iloc[1]
+        .startswith(f"{np.mean(se):.3f} (")
     )
 
 
