@@ -1,5 +1,6 @@
 """The zero-shot prior's measurements and its targets (python -m sacglam_core.models prior)."""
 
+import math
 import subprocess
 import sys
 
@@ -43,3 +44,6 @@ def test_the_command_prints_every_row_and_target_and_fails_on_a_miss(tiny_models
     for row in ("train grasp", "train grow", "test grasp", "test grow"):
         assert f"  {row} " in out
     assert "HOLDS  entropy_ratio" in out and "MISSES  goal_sensitivity" in out
+    # near-uniform: `Grasp` gets about one candidate's share (5 to 8 candidates), standing on nothing too
+    grasp, on_nothing = (float(x) for x in next(r for r in out.splitlines() if r.startswith("  train ")).split()[-2:])
+    assert "P(Grasp)" in out and 0.08 < grasp < 0.3 and (math.isnan(on_nothing) or 0.08 < on_nothing < 0.3)

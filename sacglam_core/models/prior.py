@@ -29,6 +29,7 @@ from sacglam_core.pipeline import yamlfile
 from sacglam_core.pipeline.experiments import DEFINITION_FILES, expand, load_definitions, merge
 
 TARGETS = "workflow/config/prior_targets.yaml"
+ON_NOTHING = "You are on: nothing"  # the observation line of an agent that stands on no object (envs/playground.py)
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,11 @@ def random_play_states(config: RunConfig, split: str, count: int, seed: int) -> 
 
 
 @torch.no_grad()
-def policy_measures(agent: GlamAgent, states: list[State], pool: list[str], seed: int) -> list[tuple[float, float]]:
-    """Per state: entropy / log(candidates), and the total variation to the policy under another goal of `pool`."""
+def policy_measures(
+    agent: GlamAgent, states: list[State], pool: list[str], seed: int
+) -> list[tuple[float, float, float]]:
+    """Per state: entropy / log(candidates), the total variation to the policy under another goal of `pool`, and the
+    probability of `Grasp` (the one one-token action, which an LM that cannot read the state favours)."""
     rng = random.Random(seed)
     others = [rng.choice([g for g in rng.sample(pool, 2) if g != s.goal]) for s in states]
     measures = []
@@ -82,7 +86,8 @@ def policy_measures(agent: GlamAgent, states: list[State], pool: list[str], seed
         tv = 0.5 * (policy.probs - other.probs).abs().sum(1)
         counts = policy.mask.sum(1).float()
         ratio = (policy.entropy() / counts.log().clamp_min(1e-9)).where(counts > 1, torch.ones_like(counts))
-        measures += list(zip(ratio.tolist(), tv.tolist()))
+        grasp = [float(p[c.index("Grasp")]) if "Grasp" in c else 0.0 for p, c in zip(policy.probs, candidates)]
+        measures += list(zip(ratio.tolist(), tv.tolist(), grasp))
     return measures
 
 
@@ -118,6 +123,9 @@ def measure(model: str, experiment: str, episodes_per_type: int, states: int) ->
             rows[row] = {name: result[key] for name, result in success.items()}
             rows[row]["entropy_ratio"] = sum(per_state[i][0] for i in members) / len(members)
             rows[row]["goal_sensitivity"] = sum(per_state[i][1] for i in members) / len(members)
+            rows[row]["grasp"] = sum(per_state[i][2] for i in members) / len(members)
+            empty = [i for i in members if ON_NOTHING in seen[i].observation]
+            rows[row]["grasp_on_nothing"] = sum(per_state[i][2] for i in empty) / len(empty) if empty else math.nan
     return dict(sorted(rows.items(), key=lambda item: (item[0].split()[0] == "test", " " not in item[0], item[0])))
 
 
@@ -149,14 +157,16 @@ def report(model: str, targets_file: str | Path = TARGETS) -> bool:
     rows = measure(model, spec["experiment"], spec["episodes_per_type"], spec["states"])
     n = spec["episodes_per_type"]
     print(f"{model} on {spec['experiment']}'s task: {n} episodes per goal type and split, {spec['states']} states each")
-    print(f"  {'goals':<24} {'random':>7} {'sampled':>8} {'greedy':>7} {'H/Huniform':>11} {'goal TV':>8}")
+    head = ("random", 7), ("sampled", 8), ("greedy", 7), ("H/Huniform", 11), ("goal TV", 8), ("P(Grasp)", 9)
+    print(f"  {'goals':<24} " + " ".join(f"{name:>{width}}" for name, width in head) + f" {'on nothing':>11}")
     for row, v in rows.items():
         print(
             f"  {row:<24} {v['random']:7.3f} {v['sampled']:8.3f} {v['greedy']:7.3f} "
-            f"{v['entropy_ratio']:11.3f} {v['goal_sensitivity']:8.3f}"
+            f"{v['entropy_ratio']:11.3f} {v['goal_sensitivity']:8.3f} {v['grasp']:9.3f} {v['grasp_on_nothing']:11.3f}"
         )
     se = math.sqrt(0.25 / n)
-    print(f"  (a success rate's standard error is at most {se:.3f} per row)")
+    print(f"  (a success rate's standard error is at most {se:.3f} per row; P(Grasp): over the random-play states,")
+    print("  and over those where the agent stands on nothing, where taking is never the move)")
     results = checks(rows, spec["targets"])
     for name, value, inside in results:
         bounds = spec["targets"][name]
