@@ -56,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
+    from sacglam_core.cpu import pin_kernels
+
+    pin_kernels()
     from sacglam_core.checkpoint import CheckpointError
     from sacglam_core.distributed import shutdown
     from sacglam_core.lease import LeaseHeldError

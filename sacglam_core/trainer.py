@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import platform
 import sys
 import threading
 import time
@@ -32,6 +31,7 @@ from sacglam_core.algos.sac import SAC
 from sacglam_core.atomic import atomic_write, check_writable, remove_stale_temporaries
 from sacglam_core.checkpoint import Checkpointer, CheckpointError
 from sacglam_core.config import ConfigError, ModelConfig, RunConfig, dump_config
+from sacglam_core.cpu import cpu_name
 from sacglam_core.distributed import init_ranks, resolve_device
 from sacglam_core.envs import VectorPlayground
 from sacglam_core.envs.playground import ACTION_VOCABULARY
@@ -44,16 +44,6 @@ from sacglam_core.trajectories import EpisodeRecorder
 
 # What a checkpoint holds; 1 was before checkpoints carried the metrics rows and the thread count.
 CHECKPOINT_FORMAT = 2
-
-
-def cpu_name() -> str:
-    """The CPU's model name, from /proc/cpuinfo where there is one."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            names = [line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")]
-    except OSError:
-        names = []
-    return names[0] if names else platform.processor() or platform.machine()
 
 
 class RunDirectoryError(RuntimeError):
@@ -239,14 +229,14 @@ class Trainer:
         return True
 
     def _hardware(self) -> dict:
-        """GPUs used (for the GPU-hour calibration of the workflow's budget), and the CPU: another CPU type may
-        round float reductions differently, and through them the sampled actions."""
+        """GPUs used (for the GPU-hour calibration of the workflow's budget), and the CPU and its kernels: other
+        kernels round float reductions differently, and through them the sampled actions (cpu.py)."""
         device = self.agent.lm.device
         if device.type != "cuda":
             gpus = {"gpus": 0, "gpu_name": None}
         else:
             gpus = {"gpus": self.ranks.world, "gpu_name": torch.cuda.get_device_name(device)}
-        return gpus | {"cpu_name": cpu_name()}
+        return gpus | {"cpu_name": cpu_name(), "cpu_kernels": torch.backends.cpu.get_cpu_capability()}
 
     def _as_run(self) -> dict:
         """Settings resolved at run time (for the hyperparameter tables): compute dtype, LoRA's modules."""

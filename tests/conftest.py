@@ -9,6 +9,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
 
+from sacglam_core.cpu import pin_kernels  # noqa: E402
+
+pin_kernels()  # as the command lines do, so that a model built here has their bytes
+
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory):

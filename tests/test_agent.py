@@ -147,6 +147,17 @@ def test_q_from_the_policy_pass_equals_a_separate_pass(tiny_path, critic_input):
         torch.testing.assert_close(agent.q(batch, policy_pass=out), agent.q(batch))
 
 
+def test_a_causal_lm_reads_prompt_and_action_alike_in_one_pass_or_one_sequence_per_action(tiny_models):
+    """For a causal LM the hidden state at an action's last token is the same whether the action is decoded after
+    its prompt's cache (`decoded_action`, read from the policy's pass) or read with its prompt as one sequence (the
+    paper's `obs_action`): the same critic, one pass instead of one more per candidate."""
+    agent = make_agent(str(tiny_models["tiny-causal"]))
+    batch = agent.batch(*env_inputs())
+    with torch.no_grad():
+        _, out = agent.policy(batch, hidden=True)
+        torch.testing.assert_close(out.action_hidden, agent.lm.concat_hidden(batch), atol=1e-5, rtol=1e-5)
+
+
 def test_obs_critic_needs_an_action_vocabulary(tiny_models):
     from sacglam_core.agent import GlamLM
     from sacglam_core.models.loading import load_model, load_tokenizer

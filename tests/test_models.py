@@ -14,6 +14,7 @@ from sacglam_core.agent import GlamLM
 from sacglam_core.agent.policy import CandidateDistribution
 from sacglam_core.agent.tokens import PromptTokens
 from sacglam_core.config import LoraSettings, ModelConfig
+from sacglam_core.cpu import KERNELS
 from sacglam_core.envs import VectorPlayground, prompt
 from sacglam_core.models.corpus import corpus
 from sacglam_core.models.loading import (
@@ -64,9 +65,10 @@ def test_tiny_build_is_deterministic():
 
 
 def test_tiny_build_gives_the_same_bytes_in_another_process(tiny_models, tmp_path):
-    """The command a user runs, with the default thread count: multi-threaded float reductions would
-    differ between processes (the session's fixture built the other copy)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    """The command a user runs, with the default thread count and kernels: multi-threaded float reductions would
+    differ between processes, and AVX-512 kernels from the AVX2 ones that the session's fixture was built with."""
+    unset = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", *KERNELS)
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     command = [sys.executable, "-m", "sacglam_core.models", "build-tiny", str(tmp_path)]
     subprocess.run(command, check=True, capture_output=True, env=env)
     for name in ("tiny-t5", "tiny-causal"):

@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import platform
 import signal
 import socket
 import subprocess
@@ -87,7 +88,8 @@ def test_run_writes_metrics_config_and_done_marker(reference):
     done = json.loads((out / "done.json").read_text())
     assert done["env_steps"] == 384
     assert done["dtype"] == "float32" and done["lora_target_modules"] is None  # as run: auto is float32 on CPU
-    assert done["gpus"] == 0 and done["cpu_name"]  # which CPU type made these numbers
+    assert done["gpus"] == 0 and done["cpu_name"]  # which CPU type made these numbers, and with which kernels
+    assert done["cpu_kernels"] == ("AVX2" if platform.machine() == "x86_64" else done["cpu_kernels"])
     assert done["train_seconds"] == train_seconds[-1] < done["wall_seconds"]
     assert yaml.safe_load((out / "config.yaml").read_text())["her"]["enabled"] is True
     ppo = rows(reference["ppo_clip_her"])[-1]

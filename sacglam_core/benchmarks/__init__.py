@@ -33,11 +33,15 @@ def add_threads_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def pin_threads(threads: int) -> int:
-    """Set torch's CPU threads, print them, and return them (a run configuration's `threads`)."""
+    """Set torch's CPU threads and kernels as a run does, print them, and return the threads (a run configuration's
+    `threads`)."""
     import torch
+
+    from sacglam_core.cpu import pin_kernels
 
     if threads < 1:
         raise SystemExit(f"error: --threads must be at least 1, got {threads}")
+    kernels = pin_kernels()
     torch.set_num_threads(threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s)", flush=True)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s), {kernels} kernels", flush=True)
     return threads

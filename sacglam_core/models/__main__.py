@@ -7,6 +7,8 @@ import argparse
 
 import torch
 
+from sacglam_core.cpu import pin_kernels
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sacglam_core.models", description=__doc__)
@@ -25,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     stage.add_argument("--cache-dir", default=None)
     stage.add_argument("--revision", default=None, help="the commit to stage (the cache's `main` then points to it)")
     args = parser.parse_args(argv)
+    pin_kernels()  # the same weights and the same prior on every x86-64 CPU
     if args.command in ("build-tiny", "build-pretrained"):
         from sacglam_core.models.tiny import TinySpec, build_pretrained, build_tiny
 
