@@ -105,6 +105,15 @@ class ModelConfig:
                 "gradient scaler; without LoRA the weights themselves would train in fp16 (use float32 or bfloat16)"
             )
 
+    def dtype_on_gpu(self, capability: tuple[int, int]) -> str:
+        """The dtype on a GPU of this compute capability: `dtype`, or for `auto` bf16 where it is native (sm_80
+        and later), else fp16 when the trained weights are fp32 LoRA adapters (loss-scaled), else fp32."""
+        if self.dtype != "auto":
+            return self.dtype
+        if tuple(capability) >= (8, 0):
+            return "bfloat16"
+        return "float16" if self.lora is not None else "float32"
+
 
 @settings
 class CriticConfig:
@@ -302,6 +311,25 @@ class CheckpointConfig:
 
 
 @settings
+class MonitorConfig:
+    """What a run shows while it trains (monitor.py); none of it changes results or the fingerprint."""
+
+    progress_every_steps: Positive | None = None
+    """Environment steps between progress lines (steps, steps/s, success, ETA) on stderr: trainer.log or the SLURM
+    job's output. null: 2% of the run."""
+    scalars_every_steps: Positive | None = None
+    """Environment steps between training scalars in TensorBoard and W&B (losses, alpha, entropy, Q, training
+    success, steps/s); evaluations are written as they happen. null: 0.5% of the run."""
+    tensorboard: bool = True
+    """TensorBoard event files in `<output_dir>/tensorboard/` (`tensorboard --logdir results`)."""
+    wandb: Literal["off", "offline", "online"] = "off"
+    """Weights & Biases (`pip install -e '.[wandb]'`): `offline` writes `<output_dir>/wandb/` on compute nodes
+    without internet, synced later with `wandb sync`; `online` streams."""
+    wandb_project: str = "sacglam"
+    """The W&B project of the runs."""
+
+
+@settings
 class RunConfig:
     """One training run: the algorithm, the LLM, the environment and every hyperparameter."""
 
@@ -333,6 +361,8 @@ class RunConfig:
     threads: Positive | None = None
     """torch CPU threads per process (null: torch's default). Results depend on it, so a run resumes only with
     the same count."""
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    """Progress lines, TensorBoard and W&B (the `monitor` section); the workflow sets it from its own `monitor`."""
 
     def __post_init__(self) -> None:
         problems = coherence_problems(self)
@@ -343,7 +373,7 @@ class RunConfig:
     def fingerprint(self) -> str:
         """A hash of everything that changes results (not where they are written). A setting added after runs
         existed counts only when it differs from its default, so that adding it never re-runs a finished run."""
-        settings_ = {k: v for k, v in asdict(self).items() if k not in ("output_dir", "threads")}
+        settings_ = {k: v for k, v in asdict(self).items() if k not in ("output_dir", "threads", "monitor")}
         for (section, key), default in ADDED_LATER.items():
             if settings_[section][key] == default:
                 del settings_[section][key]

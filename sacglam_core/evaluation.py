@@ -12,14 +12,16 @@ import random
 from collections import Counter
 from collections.abc import Callable, Mapping
 from functools import cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from sacglam_core.agent import GlamAgent
 from sacglam_core.config import RunConfig
-from sacglam_core.distributed import Ranks
 from sacglam_core.envs import EnvConfig, GoalType, PlaygroundText, catalog
+
+if TYPE_CHECKING:  # torch only where the agent acts: the random policy's evaluation runs on a login node
+    from sacglam_core.agent import GlamAgent
+    from sacglam_core.distributed import Ranks
 
 
 def goal_type_prior(env: EnvConfig) -> np.ndarray:
@@ -71,6 +73,8 @@ Policy = Callable[[list[str], list[str], list[list[str]]], list[int]]
 
 def agent_policy(agent: GlamAgent, config: RunConfig, round_index: int) -> Policy:
     """The agent as it acts (or greedily, with `eval.greedy`), sampling from a generator of its own."""
+    import torch
+
     generator = torch.Generator().manual_seed(config.eval.seed + round_index)
 
     def act(goals, observations, candidates):
@@ -85,14 +89,15 @@ def random_policy(seed: int = 0) -> Policy:
     return lambda goals, observations, candidates: [rng.randrange(len(c)) for c in candidates]
 
 
-@torch.no_grad()
 def evaluate(
-    policy: Policy, config: RunConfig, ranks: Ranks, plan: tuple[tuple[str, str], ...] | None = None
+    policy: Policy, config: RunConfig, ranks: Ranks | None = None, plan: tuple[tuple[str, str], ...] | None = None
 ) -> dict[str, float]:
-    """Success rates of `policy` on the configuration's evaluation plan (or on `plan`'s (split, goal) pairs)."""
+    """Success rates of `policy` on the configuration's evaluation plan (or on `plan`'s (split, goal) pairs),
+    shared out among `ranks` (None: this process alone)."""
     cfg = config.eval
     plan = plan or evaluation_goals(config.env.simplified, cfg.episodes_per_type, cfg.test_episodes, cfg.seed)
-    mine = [(i, split, goal) for i, (split, goal) in enumerate(plan) if i % ranks.world == ranks.rank]
+    world, rank = (ranks.world, ranks.rank) if ranks else (1, 0)
+    mine = [(i, split, goal) for i, (split, goal) in enumerate(plan) if i % world == rank]
     envs = [PlaygroundText(config.env, seed=cfg.seed + 7919 * i) for i, _, _ in mine]
     obs, infos = (
         map(list, zip(*(env.reset(options={"goal": g}) for env, (_, _, g) in zip(envs, mine)))) if mine else ([], [])
@@ -118,7 +123,7 @@ def evaluate(
         k = keys.index(("test", None) if split == "test" else ("train", goals.parse(goal).type))
         totals[2 * k] += s
         totals[2 * k + 1] += 1
-    totals = ranks.sum(totals)
+    totals = ranks.sum(totals) if ranks else totals
     rates = {k: totals[2 * i] / totals[2 * i + 1] for i, k in enumerate(keys) if totals[2 * i + 1]}
     prior = goal_type_prior(config.env)
     metrics = {metric_name(t): rates[("train", t)] for t in GoalType if ("train", t) in rates}

@@ -18,6 +18,7 @@ holds another configuration's run or is not writable, a model that cannot be fou
 # Only light imports here: the signal handlers go in before torch and transformers load (seconds), so
 # that a time-limit or preemption signal during start-up still ends in status 75, not 143.
 import argparse
+import importlib.util
 import os
 import signal
 import sys
@@ -54,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config, {"output_dir": args.output_dir} if args.output_dir else None)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    if config.monitor.wandb != "off" and importlib.util.find_spec("wandb") is None:
+        print(f"error: {args.config}: monitor.wandb: {config.monitor.wandb} needs wandb: pip install -e '.[wandb]'",
+              file=sys.stderr)  # fmt: skip
         return 2
 
     from sacglam_core.cpu import pin_kernels

@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from sacglam_core import EXIT_PREEMPTED
 from sacglam_core.agent import AgentConfig, GlamAgent
@@ -39,6 +38,7 @@ from sacglam_core.evaluation import agent_policy, evaluate, goal_type_prior
 from sacglam_core.lease import LeaseHeldError, RunLease
 from sacglam_core.metrics import MetricsFile, evaluates_at
 from sacglam_core.models.loading import lora_target_modules
+from sacglam_core.monitor import Monitor
 from sacglam_core.pipeline import runstate
 from sacglam_core.trajectories import EpisodeRecorder
 
@@ -143,7 +143,10 @@ class Trainer:
         obs, infos = self.envs.reset()
         if self.ranks.is_main:  # at every start: a resumed run's config.yaml is its own again, whatever befell it
             atomic_write(self.out / "config.yaml", dump_config(self.config).encode())
-        if not self._resume():
+        resumed = self._resume()
+        gpus = self.ranks.world if self.agent.lm.device.type == "cuda" else 0
+        self.monitor = Monitor(self.config, self.out, self.ranks, gpus, self.env_steps, self.elapsed)
+        if not resumed:
             self.recorder.reset(infos["goal"], obs, infos["possible_actions"])
             if self.ranks.is_main:
                 self.metrics.restore([])
@@ -151,46 +154,13 @@ class Trainer:
         first_step = self.env_steps
         started = time.perf_counter() - self.elapsed
         total = self.config.total_steps
-        bar = tqdm(
-            total=total,
-            initial=self.env_steps,
-            unit="step",
-            disable=not self.ranks.is_main,
-            mininterval=1 if sys.stderr.isatty() else 30,
-        )
-        while self.env_steps < total:
-            if self._should_stop(stop_at_steps, stop):
-                bar.close()
-                return self._stop(new_steps=self.env_steps > first_step)
-            tick = time.perf_counter()
-            candidates = self.recorder.candidates()
-            batch = self.agent.batch_from_ids(
-                self.recorder.prompts(),
-                [[self.action_tokens[a] for a in c] for c in candidates],
-                [c.tolist() for c in candidates],
-            )
-            choices, extras = self.algo.act(batch, self.generator)
-            obs, rewards, terminated, truncated, infos = self.envs.step(
-                [ACTION_VOCABULARY[c[k]] for c, k in zip(candidates, choices)]
-            )
-            for episode in self.recorder.step(choices, rewards, terminated, truncated, obs, infos, extras):
-                self.algo.add(episode)
-                self.window[0] += 1
-                self.window[1] += int(episode.terminated)
-            self.env_steps += self.config.num_envs
-            bar.update(self.config.num_envs)
-            updates_before = self.algo.updates
-            if self.algo.update_due(self.env_steps):
-                self.algo.update(self.recorder, self.env_steps)
-            self.train_seconds += time.perf_counter() - tick
-            self.elapsed = time.perf_counter() - started
-            if evaluates_at(self.config, self.env_steps):
-                self._log_row()
-                bar.set_postfix(success=f"{self._last_success:.3f}", refresh=False)
-            every = self.config.checkpoint.every_updates
-            if self.algo.updates // every > updates_before // every:
-                self._save()
-        bar.close()
+        try:
+            while self.env_steps < total:
+                if self._should_stop(stop_at_steps, stop):
+                    return self._stop(new_steps=self.env_steps > first_step)
+                self._step(started)
+        finally:
+            self.monitor.close()
         if self._saved_at != self.env_steps:
             self._save()
         checksums = self._check_in_sync()
@@ -201,6 +171,41 @@ class Trainer:
                        "fingerprint": self.config.fingerprint}  # fmt: skip
             atomic_write(self.out / "done.json", json.dumps(summary, indent=1).encode())
         return 0
+
+    def _step(self, started: float) -> None:
+        """One step of every environment, the update when due, then metrics, progress and checkpoint when due."""
+        tick = time.perf_counter()
+        candidates = self.recorder.candidates()
+        batch = self.agent.batch_from_ids(
+            self.recorder.prompts(),
+            [[self.action_tokens[a] for a in c] for c in candidates],
+            [c.tolist() for c in candidates],
+        )
+        choices, extras = self.algo.act(batch, self.generator)
+        obs, rewards, terminated, truncated, infos = self.envs.step(
+            [ACTION_VOCABULARY[c[k]] for c, k in zip(candidates, choices)]
+        )
+        finished = succeeded = 0
+        for episode in self.recorder.step(choices, rewards, terminated, truncated, obs, infos, extras):
+            self.algo.add(episode)
+            finished += 1
+            succeeded += int(episode.terminated)
+        self.window[0] += finished
+        self.window[1] += succeeded
+        self.monitor.episodes(finished, succeeded)
+        self.env_steps += self.config.num_envs
+        updates_before = self.algo.updates
+        if self.algo.update_due(self.env_steps):
+            self.algo.update(self.recorder, self.env_steps)
+        self.train_seconds += time.perf_counter() - tick
+        self.elapsed = time.perf_counter() - started
+        self.monitor.scalars(self.env_steps, self.elapsed, self.algo)
+        if evaluates_at(self.config, self.env_steps):
+            self._log_row()
+        self.monitor.progress(self.env_steps, self.elapsed)
+        every = self.config.checkpoint.every_updates
+        if self.algo.updates // every > updates_before // every:
+            self._save()
 
     def _stop(self, new_steps: bool) -> int:
         """Checkpoint what this process added (if anything) and say "requeue me"."""
@@ -271,6 +276,7 @@ class Trainer:
         self._last_success = metrics["eval_success"]
         if self.ranks.is_main:
             self.metrics.append(row)
+        self.monitor.evaluation(row)
 
     # -- checkpoint and resume -------------------------------------------------------------------
     def _check_in_sync(self) -> list[float]:

@@ -27,3 +27,28 @@ def tiny_models(tmp_path_factory):
 @pytest.fixture(params=["tiny-t5", "tiny-causal"])
 def tiny_path(request, tiny_models):
     return str(tiny_models[request.param])
+
+
+def copy_cluster_profile(destination, name="mycluster", **values):
+    """profiles/slurm copied as a user does (`cp -r profiles/slurm profiles/<name>`), with its cluster.yaml made
+    from cluster.example.yaml: the placeholders set (partition `gpu`, no account) and `values` over the launcher's
+    keys (a `budget` mapping over the budget's)."""
+    import shutil
+    from pathlib import Path
+
+    import yaml
+
+    profile = Path(destination) / "profiles" / name
+    root = Path(__file__).resolve().parents[1]
+    shutil.copytree(root / "profiles" / "slurm", profile, ignore=shutil.ignore_patterns("cluster.yaml"))
+    cluster = yaml.safe_load((profile / "cluster.example.yaml").read_text())
+    budget = values.pop("budget", {})
+    cluster["launcher"] |= {"partition": "gpu", "account": None, **values}
+    cluster["budget"] |= budget
+    (profile / "cluster.yaml").write_text(yaml.safe_dump(cluster, sort_keys=False))
+    return profile
+
+
+@pytest.fixture
+def cluster_profile(tmp_path):
+    return copy_cluster_profile(tmp_path)

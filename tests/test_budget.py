@@ -34,7 +34,7 @@ def table(tmp_path, sac: float = 1.0):
 
 def make(runs, tmp_path, sac=1.0, results=None, gpus=4):
     calibration = budgeting.load_calibration(table(tmp_path, sac), results or tmp_path)
-    return budgeting.make_budget(runs, gpus, V100, calibration, LIMITS, results or tmp_path)
+    return budgeting.make_budget(runs, gpus, "V100", calibration, LIMITS, results or tmp_path)
 
 
 def by_variant(budget) -> dict[str, list[budgeting.Estimate]]:
@@ -44,10 +44,10 @@ def by_variant(budget) -> dict[str, list[budgeting.Estimate]]:
     return out
 
 
-def finish(run: Run, hours: float, gpus: int = 4) -> None:
+def finish(run: Run, hours: float, gpus: int = 4, gpu_name: str = V100) -> None:
     run.directory.mkdir(parents=True, exist_ok=True)
     (run.directory / "config.yaml").write_text(yaml.safe_dump(run.settings))
-    summary = {"env_steps": run.config.total_steps, "wall_seconds": hours * 3600, "gpus": gpus, "gpu_name": V100}
+    summary = {"env_steps": run.config.total_steps, "wall_seconds": hours * 3600, "gpus": gpus, "gpu_name": gpu_name}
     (run.directory / "done.json").write_text(json.dumps(summary))
 
 
@@ -79,7 +79,7 @@ def test_sac_costs_more_per_step_than_ppo(tmp_path, definitions):
 def test_the_committed_rates_make_sac_slower_than_ppo(tmp_path, definitions):
     """The paper's 80 GPU-hours per seed for SAC-GLAM; PPO-GLAM, faster per step (Section 3), costs less."""
     calibration = budgeting.load_calibration(ROOT / "workflow" / "config" / "calibration.yaml", tmp_path)
-    estimates = budgeting.estimate(expand(definitions, ["main"], tmp_path), 4, V100, calibration)
+    estimates = budgeting.estimate(expand(definitions, ["main"], tmp_path), 4, "V100", calibration)
     seed = {e.run.variant: (e.gpu_hours, e.source) for e in estimates}
     assert seed["SAC-GLAM"] == seed["SAC-GLAM+HER"] == (pytest.approx(80), "paper")
     assert seed["PPO-GLAM"] == (pytest.approx(80 * 0.43), "paper, ppo x0.43")
@@ -151,3 +151,23 @@ def test_an_exhausted_allocation_never_refuses_a_plan_without_training(tmp_path,
     assert budget.planned == 0 and not budget.over(50)
     budgeting.check_allocation(budget, 50)
     assert "WARNING" not in budgeting.report(budget, 50)
+
+
+def test_other_gpus_are_budgeted_by_the_peak_ratio_rule_until_runs_measure_them(tmp_path, definitions):
+    table = ROOT / "workflow" / "config" / "calibration.yaml"
+    calibration = budgeting.load_calibration(table, tmp_path)
+    runs = expand(definitions, ["main"], tmp_path)
+    hours, sources = {}, {}
+    for gpu in ("V100", "A100", "H100"):
+        estimates = budgeting.estimate(runs, 8, gpu, calibration)
+        hours[gpu], sources[gpu] = sum(e.gpu_hours for e in estimates), {e.source for e in estimates}
+    assert hours["V100"] == pytest.approx(777.6) and sources["V100"] == {"paper", "paper, ppo x0.43"}
+    # Flan-T5 with LoRA computes in float16 on a V100 (the paper's 125 TFLOP/s), in bfloat16 on the others
+    assert sources["A100"] == {"peak-ratio rule x2.50 (A100 bfloat16)"}
+    assert hours["A100"] == pytest.approx(777.6 * 125 / 312) and hours["H100"] == pytest.approx(777.6 * 125 / 989)
+    sac = [r for r in runs if r.variant == "SAC-GLAM"]
+    finish(sac[0], hours=5, gpu_name="NVIDIA A100-SXM4-80GB")  # 400,000 steps in 20 GPU-hours, measured
+    measured = budgeting.estimate(sac[1:], 4, "A100", budgeting.load_calibration(table, tmp_path))
+    assert {(e.source, round(e.gpu_hours, 6)) for e in measured} == {("measured (1 runs)", 20.0)}
+    with pytest.raises(ValueError, match=r"budget.gpu: B200 is not a GPU of the calibration table \(V100, A100"):
+        budgeting.make_budget(sac, 4, "B200", calibration, LIMITS, tmp_path)

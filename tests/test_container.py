@@ -28,7 +28,8 @@ def project() -> dict:
 
 
 def core_pins() -> dict[str, str]:
-    required = [Requirement(r) for r in project()["dependencies"]]
+    """The image's pins: the core dependencies and the trainer's (`train`)."""
+    required = [Requirement(r) for r in [*project()["dependencies"], *project()["optional-dependencies"]["train"]]]
     assert all(len(r.specifier) == 1 and next(iter(r.specifier)).operator == "==" for r in required)
     return {canonicalize_name(r.name): next(iter(r.specifier)).version for r in required}
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import copy_cluster_profile
 
 from sacglam_core.pipeline import runstate
 from sacglam_core.pipeline.experiments import expand, load_definitions
@@ -46,7 +47,7 @@ def slurm(*command: str, env: dict) -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(tmp_path_factory):
     """The test cluster's client environment; stopped afterwards only if this fixture started it."""
     state = os.environ.get("SLURM_TEST_DIR", "/tmp/sacglam-slurm")
     already_up = subprocess.run(["bash", str(SCRIPT), "status", state], capture_output=True).returncode == 0
@@ -56,6 +57,8 @@ def cluster():
     env = dict(os.environ)
     env.update(re.findall(r"export (\w+)=(\S+)", exports))
     env["PYTHONPATH"] = str(ROOT)
+    # A copy of profiles/slurm for this cluster, as a user makes one; Snakemake reads SNAKEMAKE_PROFILE.
+    env["SNAKEMAKE_PROFILE"] = str(copy_cluster_profile(tmp_path_factory.mktemp("profile"), "testcluster", **LAUNCHER))
     yield env
     if not already_up:
         subprocess.run(["bash", str(SCRIPT), "stop", state], timeout=300)
@@ -96,14 +99,14 @@ def config(tmp_path: Path, experiments: Path, names=("smoke",), **launcher) -> l
 
 def snakemake(args: list[str], env: dict, timeout: int = 1500) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["timeout", str(timeout), SNAKEMAKE, "--profile", "profiles/slurm", "--cores", "4", "--config", *args],
+        ["timeout", str(timeout), SNAKEMAKE, "--cores", "4", "--config", *args],
         cwd=ROOT, env=env, capture_output=True, text=True,
     )  # fmt: skip
 
 
 def start_driver(args: list[str], env: dict, log: Path) -> subprocess.Popen:
     out = open(log, "a")  # noqa: SIM115 (closed with the process)
-    command = [SNAKEMAKE, "--profile", "profiles/slurm", "--cores", "4", "--config", *args]
+    command = [SNAKEMAKE, "--cores", "4", "--config", *args]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 

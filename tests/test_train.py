@@ -1,9 +1,11 @@
 """The training loop end to end on the tiny models: runs, metrics, resume equality, bad input, 2 ranks."""
 
 import csv
+import importlib.util
 import json
 import os
 import platform
+import re
 import signal
 import socket
 import subprocess
@@ -481,3 +483,41 @@ def test_a_trainer_that_has_ended_ignores_slurms_signals_while_it_exits(referenc
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def test_monitoring_shows_progress_and_scalars_and_never_changes_results(tmp_path, tiny_models, reference):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    quiet = {"tensorboard": False, "progress_every_steps": 64}
+    config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], **SAC_HER, monitor=quiet)
+    result = train(config)
+    out = config.parent / "out"
+    assert without_timing(rows(out)) == without_timing(rows(reference["sac_her"]))  # the reference wrote TensorBoard
+    assert not (out / "tensorboard").exists()
+    lines = [line for line in result.stderr.splitlines() if "/384 steps (" in line]
+    assert [line.split(": ", 1)[1].split(" steps")[0] for line in lines] == [f"{n}/384" for n in range(64, 385, 64)]
+    pattern = r"\d+\.\d\d steps/s, training success (\d\.\d{3}|nan) over \d+ episodes, evaluation \d\.\d{3} at 384, ETA"
+    assert re.search(pattern, lines[-1]) and lines[-1].endswith("ETA done"), lines[-1]
+    progress = json.loads((out / runstate.PROGRESS).read_text())
+    assert progress["env_steps"] == 384 and progress["pid"] and progress["gpus"] == 0
+    for name, expected in {
+        "sac_her": {"critic_loss", "actor_loss", "alpha", "entropy", "mean_q", "q_range", "success", "env_steps_per_s"},
+        "ppo_clip_her": {"policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "success", "updates"},
+    }.items():
+        events = EventAccumulator(str(reference[name] / "tensorboard")).Reload()
+        tags = set(events.Tags()["scalars"])
+        assert {f"train/{tag}" for tag in expected} | {"eval/success", "eval/success_test"} <= tags, tags
+        steps = [event.step for event in events.Scalars("train/env_steps_per_s")]
+        assert steps == sorted(steps) and len(steps) >= 40  # every step of 8 environments: 0.5% of 384 steps
+        evaluations = [(event.step, round(event.value, 6)) for event in events.Scalars("eval/success")]
+        assert evaluations == [(int(r["env_steps"]), round(float(r["eval_success"]), 6)) for r in rows(reference[name])]
+
+
+def test_wandb_without_the_package_fails_at_start_with_one_line(tmp_path, tiny_models):
+    if importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed here")
+    config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], **PPO_KL, monitor={"wandb": "offline"})
+    result = train(config, check=False)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        f"error: {config}: monitor.wandb: offline needs wandb: pip install -e '.[wandb]'"
+    ]

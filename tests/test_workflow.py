@@ -27,6 +27,14 @@ DEFINITIONS = ROOT / "workflow" / "config" / "experiments.yaml"
 STUDIES = ROOT / "workflow" / "config" / "studies.yaml"
 PAPER = ["main", "critic_architecture", "update_frequency", "her_sampling", "nstep_buffer", "ppo_her"]
 HEAVY = ("torch", "transformers", "peft", "bitsandbytes", "pandas", "scipy", "matplotlib")
+# sitecustomize.py of a process where the trainer's packages cannot be imported, as on a driver-only install
+NO_TORCH = """import sys
+class NoTrainerPackages:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "transformers", "bitsandbytes", "peft", "accelerate", "tensorboard"):
+            raise ImportError(f"{name} is not installed (driver-only)")
+sys.meta_path.insert(0, NoTrainerPackages())
+"""
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +166,15 @@ def test_workflow_configuration_is_validated():
     [
         ("launcher:\n  time_min: 20:00:00\n", "{path}:2: launcher.time_min: 20:00:00 is read by YAML as the base-60"),
         ("", "cluster settings file {path} is empty"),
-        (None, "cluster settings file {path} does not exist"),
+        (None, "--config: cluster_file: {path} does not exist: create it (docs/cluster.md)"),
+        ("launcher:\n  partition: <your GPU partition>\n", "{path}:2: launcher.partition: <your GPU partition> is a"),
+        ("launcher:\n  nodes: 2\n", "{path}: launcher.nodes: a run's ranks share one node (multi-node data parallelism"),
+        ("launcher:\n  gres_type: a100:4\n", "{path}: launcher.gres_type: a GRES type is one word such as a100"),
+        ("launcher:\n  sbatch_options: {time: 60}\n", "{path}: launcher.sbatch_options: time: set launcher.time_min"),
+        ("launcher:\n  sbatch_options: {job-name: x}\n", "job-name: set nothing (the launcher names the job"),
+        ("launcher:\n  sbatch_options: {exclusive: false}\n", "exclusive: false: leave the option out instead"),
+        ("launcher:\n  sbatch_options: {mail user: x}\n", "'mail user' is not an sbatch option name"),
+        ("launcher:\n  setup: module load apptainer\n", "{path}: launcher.setup: Input should be a valid tuple"),
         ("launcher:\n  gpus_per_node: 2\n  gpus_per_node: 4\n", "{path}:3: duplicate key launcher.gpus_per_node"),
         (
             "budget:\n  allocation_gpu_hours: -5\n",
@@ -187,6 +203,29 @@ def test_configuration_layers_and_slurm_times(tmp_path):
     assert [slurm_minutes(t) for t in times] == [90, 2, 120, 1440, 1590, 1441]
 
 
+def test_a_copied_profile_reads_its_own_cluster_file_and_a_missing_one_names_the_example(tmp_path):
+    from conftest import copy_cluster_profile
+
+    mine = copy_cluster_profile(tmp_path, "mycluster", partition="mine", gres_type="a100", setup=["module load x"])
+    settings = load_workflow_config([mine / "workflow.yaml"], {})
+    assert settings.cluster_file == f"{mine}/cluster.yaml" and settings.launcher.partition == "mine"
+    assert settings.launcher.gres_type == "a100" and settings.launcher.setup == ("module load x",)
+    (mine / "cluster.yaml").unlink()
+    with pytest.raises(WorkflowConfigError) as error:
+        load_workflow_config([mine / "workflow.yaml"], {})
+    assert str(error.value) == (
+        f"{mine}/workflow.yaml: cluster_file: {mine}/cluster.yaml does not exist: copy "
+        f"{mine}/cluster.example.yaml to it and set its <...> values (docs/cluster.md)"
+    )
+    with pytest.raises(WorkflowConfigError, match=re.escape("cluster.example.yaml:9: launcher.partition: <your GPU")):
+        load_workflow_config([], {"cluster_file": str(ROOT / "profiles" / "slurm" / "cluster.example.yaml")})
+
+
+def test_sbatch_options_are_passed_through_under_submitits_names():
+    raw = {"experiments": ["main"], "launcher": {"sbatch_options": {"--mail-user": "me@example.org", "exclusive": True}}}
+    assert parse_workflow_config(raw).launcher.sbatch_options == {"mail_user": "me@example.org", "exclusive": True}
+
+
 # -- Snakemake ------------------------------------------------------------------------------------------
 def snakemake(*args: str, timeout: int = 900, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -194,11 +233,15 @@ def snakemake(*args: str, timeout: int = 900, env: dict | None = None) -> subpro
     )
 
 
-def test_dry_run_of_the_paper_grid_lists_every_run_and_the_budget(tmp_path):
-    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}  # every import, on stderr
+def test_dry_run_of_the_paper_grid_lists_every_run_and_the_budget(tmp_path, cluster_profile):
+    """In an environment without torch, transformers or bitsandbytes (a login node's driver-only install)."""
+    blocker = tmp_path / "no-torch"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(NO_TORCH)
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1", "PYTHONPATH": str(blocker)}  # every import, on stderr
     start = time.perf_counter()
     config = ["--config", f"experiments={json.dumps(PAPER)}", f"results={tmp_path}"]
-    result = snakemake("--profile", "profiles/slurm", "-n", *config, env=env)
+    result = snakemake("--profile", str(cluster_profile), "-n", *config, env=env)
     seconds = time.perf_counter() - start
     assert result.returncode == 0, result.stderr[-3000:]
     runs = expand(load_definitions(DEFINITIONS), PAPER, tmp_path)
@@ -214,25 +257,26 @@ def test_dry_run_of_the_paper_grid_lists_every_run_and_the_budget(tmp_path):
     print(f"dry run of the paper grid: {seconds:.1f} s (with import profiling)")
 
 
-def test_a_dry_run_ends_with_a_summary_per_experiment_and_every_warning(tmp_path, definitions):
+def test_a_dry_run_ends_with_a_summary_per_experiment_and_every_warning(tmp_path, definitions, cluster_profile):
     """After Snakemake's last line: per experiment the runs to train, those finished and their GPU-hours, the
     total, and the warnings printed with the budget far above (the allocation's and the preflight's)."""
     runs = expand(definitions, ["main", "ppo_her"], tmp_path)
     fake_finished_run(next(r for r in runs if r.experiment == "main" and r.variant == "PPO-GLAM"))
     config = ['experiments=["main", "ppo_her"]', f"results={tmp_path}", "budget={allocation_gpu_hours: 100}",
               "launcher={partition: null}"]  # fmt: skip
-    command = [*SNAKEMAKE, "--nolock", "--profile", "profiles/slurm", "-n", "--config", *config]
+    command = [*SNAKEMAKE, "--nolock", "--profile", str(cluster_profile), "-n", "--config", *config]
     result = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert result.returncode == 0, result.stdout[-3000:]
     start, end = result.stdout.split("This was a dry-run", 1)  # as a terminal shows Snakemake's log and ours
     end = end.splitlines()[1:]
-    assert len(end) == 8 and end[0] == "" and end[1].startswith("Summary of this dry run"), end
+    # 8 lines, and one more where SLURM's commands are not installed (the preflight says so)
+    assert len(end) in (8, 9) and end[0] == "" and end[1].startswith("Summary of this dry run"), end
     assert end[2].split() == ["experiment", "to", "train", "finished", "GPU-h"]
     assert end[3].split() == ["main", "11", "1", "743.2"]  # one PPO-GLAM run of 34.4 GPU-hours is finished
     assert end[4].split() == ["ppo_her", "12", "0", "412.8"]
     assert end[5].startswith("  total: 23 runs to train, 1,156.0 GPU-hours planned + 0.0 spent = 1,156.0 of")
     assert end[6].startswith("  WARNING: 1,156.0 GPU-hours is over the allocation of 100.0")
-    assert end[7].startswith("  WARNING: preflight: profiles/slurm/cluster.yaml: launcher.partition is not set")
+    assert end[7].startswith(f"  WARNING: preflight: {cluster_profile}/cluster.yaml: launcher.partition is not set")
     assert all(warning in start for warning in end[6:])  # the budget's warnings, repeated
 
 
@@ -323,15 +367,15 @@ def test_longest_runs_start_first(tmp_path, definitions):
     assert priority["PPO-GLAM"] < min(priority["SAC-GLAM"], priority["SAC-GLAM+HER"])
 
 
-def test_real_launch_refuses_a_plan_above_the_allocation(tmp_path):
-    config = ["experiments=[main]", "budget={allocation_gpu_hours: 100}", f"results={tmp_path}"]
-    result = snakemake("--profile", "profiles/slurm", "--config", *config)
+def test_real_launch_refuses_a_plan_above_the_allocation(tmp_path, cluster_profile):
+    config = ["experiments=[main]", "budget={allocation_gpu_hours: 100}", f"results={tmp_path / 'results'}"]
+    result = snakemake("--profile", str(cluster_profile), "--config", *config)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         "error: the plan needs 777.6 GPU-hours and 0.0 are already spent: 777.6 is over the allocation of "
         "100.0 (budget.allocation_gpu_hours); launch fewer experiments or seeds, or raise the allocation"
     )
-    assert not any(tmp_path.iterdir())  # nothing was launched or written
+    assert not (tmp_path / "results").exists()  # nothing was launched or written
 
 
 def fake_finished_run(run: Run, marker: bool = True) -> None:
@@ -523,8 +567,23 @@ def test_preflight_refuses_to_resume_with_other_ranks(tmp_path, definitions):
     assert not (run.directory / "attempts.jsonl").exists() and not (run.directory / "run.yaml").exists()
 
 
-def test_lint_is_clean():
-    for profile in ("profiles/local", "profiles/slurm"):
+@pytest.mark.parametrize(
+    "option, key",
+    [
+        (["--default-resources", "slurm_account=foo", "slurm_partition=bar"], "slurm_account: the training jobs'"),
+        (["--set-resources", "train:runtime=600"], "runtime: the training jobs' SLURM options come from the cluster"),
+    ],
+)
+def test_snakemakes_slurm_resources_are_refused_with_the_key_to_use(tmp_path, cluster_profile, option, key):
+    result = snakemake("--profile", str(cluster_profile), "-n", *option, "--config", f"results={tmp_path}")
+    assert result.returncode == 2 and key in result.stderr, result.stderr[-2000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    expected = "launcher.account" if "slurm_account" in key else "launcher.time_min"
+    assert line.endswith(f"set {expected} in {cluster_profile}/cluster.yaml")
+
+
+def test_lint_is_clean(cluster_profile):
+    for profile in ("profiles/local", str(cluster_profile)):
         result = snakemake("--profile", profile, "--lint")
         out = result.stdout + result.stderr
         assert "Congratulations, your workflow is in a good condition!" in out, out[-3000:]
@@ -581,7 +640,7 @@ def test_local_profile_runs_the_smoke_experiment_end_to_end(tmp_path):
 def test_models_are_staged_at_their_pinned_commit_with_only_pytorch_files(tmp_path, monkeypatch):
     import huggingface_hub
 
-    from sacglam_core.models.loading import stage
+    from sacglam_core.models.hub import stage
 
     commit = "7bcac572ce56db69c1ea7c8af255c5d7c9672fc2"
     calls = []

@@ -240,6 +240,10 @@ class PPO:
     def pop_stats(self) -> dict[str, float]:
         return self.stats.pop() | {"updates": self.updates}
 
+    def recent_stats(self) -> dict[str, float]:
+        """Means since the last call (the monitor's); leaves them to `pop_stats`."""
+        return self.stats.unseen() | {"updates": self.updates}
+
     # -- checkpointing ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "updates": self.updates, "scaler": self.scaler.state_dict()}

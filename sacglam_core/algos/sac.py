@@ -238,6 +238,10 @@ class SAC:
         """Means since the last call, with the current alpha and HER share."""
         return self.stats.pop() | {"alpha": self.alpha, "her_share": self.buffer.her_share(), "updates": self.updates}
 
+    def recent_stats(self) -> dict[str, float]:
+        """Means since the last call (the monitor's), with the current alpha; leaves them to `pop_stats`."""
+        return self.stats.unseen() | {"alpha": self.alpha, "updates": self.updates}
+
     # -- checkpointing ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {

@@ -48,7 +48,10 @@ COMPONENTS = [  # (component, substrings of a function's file or name), first ma
     ("token ids and batching", ("sacglam_core/agent/tokens.py", "sacglam_core/agent/batch.py", "/tokenizers/")),
     ("agent and algorithms (Python)", ("sacglam_core/agent/", "sacglam_core/algos/")),
     ("evaluation bookkeeping", ("sacglam_core/evaluation.py",)),
-    ("logging and checkpoints", ("sacglam_core/metrics.py", "sacglam_core/checkpoint.py", "/tqdm/", "/yaml/")),
+    (
+        "logging and checkpoints",
+        ("sacglam_core/metrics.py", "sacglam_core/checkpoint.py", "sacglam_core/monitor.py", "/tensorboard/", "/yaml/"),
+    ),
     ("numpy", ("/numpy/",)),
 ]
 

@@ -223,8 +223,9 @@ def evaluation_flops(agent: GlamAgent, config: RunConfig) -> float:
 
     def policy(goals, observations, candidates):
         nonlocal total
-        batch = agent.batch(goals, observations, candidates)
-        total += measure(lambda: agent.policy(batch)).flops
+        with torch.no_grad():
+            batch = agent.batch(goals, observations, candidates)
+            total += measure(lambda: agent.policy(batch)).flops
         return [rng.randrange(len(c)) for c in candidates]
 
     evaluate(policy, config, Ranks())

@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
-from sacglam_core.cpu import pin_kernels
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sacglam_core.models", description=__doc__)
@@ -27,7 +23,16 @@ def main(argv: list[str] | None = None) -> int:
     stage.add_argument("--cache-dir", default=None)
     stage.add_argument("--revision", default=None, help="the commit to stage (the cache's `main` then points to it)")
     args = parser.parse_args(argv)
+    if args.command == "stage":  # on a login node: no torch
+        from sacglam_core.models.hub import stage
+
+        print(stage(args.name, args.cache_dir, args.revision))
+        return 0
+    from sacglam_core.cpu import pin_kernels
+
     pin_kernels()  # the same weights and the same prior on every x86-64 CPU
+    import torch
+
     if args.command in ("build-tiny", "build-pretrained"):
         from sacglam_core.models.tiny import TinySpec, build_pretrained, build_tiny
 
@@ -35,15 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(1)
         build = build_tiny if args.command == "build-tiny" else build_pretrained
         build(args.out_dir, TinySpec(seed=args.seed))
-    elif args.command == "prior":
+    else:
         from sacglam_core.models.prior import report
 
         torch.set_num_threads(1)
         return 0 if report(args.model, args.targets) else 1
-    else:
-        from sacglam_core.models.loading import stage as stage_model
-
-        print(stage_model(args.name, args.cache_dir, args.revision))
     return 0
 
 

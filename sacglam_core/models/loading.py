@@ -10,6 +10,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel
 
 from sacglam_core.config import LoraSettings, ModelConfig
+from sacglam_core.models.hub import hub_offline
 
 Architecture = Literal["seq2seq", "causal"]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -23,16 +24,11 @@ __all__ = [
     "load_tokenizer",
     "lora_target_modules",
     "resolve_dtype",
-    "stage",
 ]
 
 
 class ModelNotFoundError(FileNotFoundError):
     """The model is neither a local folder nor in the Hugging Face cache (and cannot be downloaded)."""
-
-
-def hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
 
 
 # A tokenizer's vocabulary is in one of these (fast tokenizers, sentencepiece, BPE, WordPiece).
@@ -113,14 +109,6 @@ def load_tokenizer(config: ModelConfig):
         raise _not_found(config, error) from error
 
 
-def dtype_for_gpu(capability: tuple[int, int], lora: bool) -> str:
-    """`dtype: auto` on a GPU of this compute capability: bf16 where it is native (sm_80 and later), else fp16
-    when the trained weights are fp32 LoRA adapters (loss-scaled), else fp32."""
-    if capability >= (8, 0):
-        return "bfloat16"
-    return "float16" if lora else "float32"
-
-
 def resolve_dtype(config: ModelConfig) -> str:
     """The dtype the model computes in: `config.dtype`, or for `auto` the choice for its device."""
     if config.dtype != "auto":
@@ -128,7 +116,7 @@ def resolve_dtype(config: ModelConfig) -> str:
     device = "cuda" if config.device == "auto" and torch.cuda.is_available() else config.device
     if torch.device(device).type != "cuda":
         return "float32"
-    return dtype_for_gpu(tuple(torch.cuda.get_device_capability(device)), lora=config.lora is not None)
+    return config.dtype_on_gpu(tuple(torch.cuda.get_device_capability(device)))
 
 
 def load_model(config: ModelConfig) -> tuple[PreTrainedModel, Architecture]:
@@ -200,28 +188,3 @@ def lora_target_modules(model: PreTrainedModel) -> list[str] | None:
 
 # What transformers loads for PyTorch: config, tokenizer and safetensors weights (PyTorch .bin files only when a
 # model has no safetensors); never the TensorFlow, Flax or ONNX copies that hub repositories also hold.
-STAGED_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "tokenizer*"]
-STAGED_BIN_FILES = ["pytorch_model*.bin", "pytorch_model*.bin.index.json"]
-
-
-def stage(name: str, cache_dir: str | None, revision: str | None = None) -> str:
-    """Download a hub model (its PyTorch files) into a (shared) cache, for compute nodes that run offline.
-
-    With `revision` (a commit), that commit is downloaded and the cache's `main` points to it, so that the
-    offline trainer, which loads `main`, gets exactly the pinned files. Returns the snapshot's path.
-    """
-    from huggingface_hub import constants, snapshot_download
-    from huggingface_hub.file_download import repo_folder_name
-
-    from sacglam_core.atomic import write_text
-
-    if hub_offline():
-        raise RuntimeError("HF_HUB_OFFLINE is set: staging needs the Hub (run it on a login node with internet)")
-    path = snapshot_download(name, cache_dir=cache_dir, revision=revision, allow_patterns=STAGED_FILES)
-    if not any(Path(path).glob("*.safetensors")):
-        path = snapshot_download(name, cache_dir=cache_dir, revision=revision, allow_patterns=STAGED_BIN_FILES)
-    if revision:
-        refs = Path(cache_dir or constants.HF_HUB_CACHE) / repo_folder_name(repo_id=name, repo_type="model") / "refs"
-        refs.mkdir(parents=True, exist_ok=True)
-        write_text(refs / "main", Path(path).name)  # the snapshot folder is named by its commit
-    return path

@@ -39,11 +39,12 @@ def calibration_key(config: RunConfig, gpu: str) -> str:
 
 @dataclass(frozen=True)
 class Paper:
-    """The paper's figure: `gpu_hours_per_seed` for `steps_per_seed` steps on `gpu_name` (Appendix C)."""
+    """The paper's figure: `gpu_hours_per_seed` for `steps_per_seed` steps on `gpu` in `dtype` (Appendix C)."""
 
     gpu_hours_per_seed: float = 80.0
     steps_per_seed: int = 400_000
-    gpu_name: str = "Tesla V100-SXM2-32GB"
+    gpu: str = "V100"
+    dtype: str = "float16"
     model: str = "flan-t5-base"
 
     @property
@@ -51,15 +52,44 @@ class Paper:
         return self.steps_per_seed / self.gpu_hours_per_seed
 
 
+@dataclass(frozen=True)
+class Gpu:
+    """A GPU type of the calibration table: dense peak TFLOP/s per dtype and what resolves `dtype: auto`."""
+
+    capability: tuple[int, int]
+    names: tuple[str, ...]  # words of the device name (torch.cuda.get_device_name) that identify it
+    tflops: dict[str, float]
+
+    def peak(self, config: RunConfig) -> tuple[str, float]:
+        """(the dtype `config` computes in on this GPU, its dense peak TFLOP/s)."""
+        dtype = config.model.dtype_on_gpu(self.capability)
+        return dtype, self.tflops.get(dtype, float("nan"))
+
+
 @dataclass
 class Calibration:
     paper: Paper
     relative_cost: dict[str, float]  # algorithm key -> GPU time per step relative to the paper's figure
+    gpus: dict[str, Gpu] = field(default_factory=dict)  # GPU type -> its peaks
     seeded: dict[str, float] = field(default_factory=dict)  # key -> steps per GPU-hour, from the table
     measured: dict[str, list[float]] = field(default_factory=dict)  # key -> rates of finished runs
 
+    def gpu_type(self, device_name: str | None) -> str:
+        """The table's type of a device name as finished runs record it (`Tesla V100-SXM2-32GB` -> V100)."""
+        for name, gpu in self.gpus.items():
+            if device_name and any(word in device_name for word in gpu.names):
+                return name
+        return device_name or "unknown"
+
+    def dtype_on(self, gres_type: str, config: RunConfig) -> str | None:
+        """The dtype `config` computes in on GPUs of this GRES type (`a100`, `tesla_v100`), None if unknown."""
+        for gpu in self.gpus.values():
+            if any(word.lower() in gres_type.lower() for word in gpu.names):
+                return gpu.peak(config)[0]
+        return None
+
     def rate(self, config: RunConfig, gpu: str) -> tuple[float, str]:
-        """Steps per GPU-hour (per hour on a CPU) of `config` on `gpu`, and where the figure comes from."""
+        """Steps per GPU-hour (per hour on a CPU) of `config` on `gpu` (a type, or cpu), and where it comes from."""
         key = calibration_key(config, gpu)
         if key in self.measured:
             return statistics.median(self.measured[key]), f"measured ({len(self.measured[key])} runs)"
@@ -69,17 +99,19 @@ class Calibration:
             return float("nan"), "not measured yet"
         algorithm = algorithm_key(config)
         cost = self.relative_cost.get(algorithm, 1.0)
+        rate = self.paper.steps_per_gpu_hour / cost
+        if gpu != self.paper.gpu or config.model.dtype_on_gpu(self.gpus[gpu].capability) != self.paper.dtype:
+            dtype, peak = self.gpus[gpu].peak(config)
+            ratio = peak / self.gpus[self.paper.gpu].tflops[self.paper.dtype]
+            return rate * ratio, f"peak-ratio rule x{ratio:.2f} ({gpu} {dtype})"
         paper_setting = (
             config.total_steps == self.paper.steps_per_seed
             and not config.env.simplified
             and Path(config.model.name_or_path).name == self.paper.model
-            and gpu == self.paper.gpu_name
         )
         if not paper_setting:
-            source = "scaled estimate"
-        else:
-            source = "paper" if cost == 1.0 else f"paper, {algorithm} x{cost:g}"
-        return self.paper.steps_per_gpu_hour / cost, source
+            return rate, "scaled estimate"
+        return rate, "paper" if cost == 1.0 else f"paper, {algorithm} x{cost:g}"
 
     def work(self, config: RunConfig) -> float:
         """A run's length in units of the paper's step cost: its steps times its algorithm's relative cost."""
@@ -89,14 +121,25 @@ class Calibration:
 def load_calibration(table: str | Path, results: str | Path) -> Calibration:
     try:
         raw = yamlfile.load(table, "calibration table")
+        gpus = {
+            name: Gpu(
+                tuple(entry["capability"]), tuple(entry["names"]), {k: float(v) for k, v in entry["tflops"].items()}
+            )
+            for name, entry in (raw.get("gpus") or {}).items()
+        }
+        calibration = Calibration(
+            Paper(**(raw.get("paper") or {})),
+            {k: float(v) for k, v in (raw.get("relative_cost") or {}).items()},
+            gpus,
+            {k: float(v) for k, v in (raw.get("keys") or {}).items()},
+        )
     except yamlfile.YamlFileError as error:
         raise ValueError(str(error)) from None
-    calibration = Calibration(
-        Paper(**(raw.get("paper") or {})),
-        {k: float(v) for k, v in (raw.get("relative_cost") or {}).items()},
-        {k: float(v) for k, v in (raw.get("keys") or {}).items()},
-    )
-    for record in finished_runs(results):
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"calibration table {table}: cannot read it ({type(error).__name__}: {error})") from None
+    if calibration.paper.gpu not in gpus or calibration.paper.dtype not in gpus[calibration.paper.gpu].tflops:
+        raise ValueError(f"calibration table {table}: gpus has no {calibration.paper.dtype} peak of the paper's GPU")
+    for record in finished_runs(results, calibration):
         if record.gpu_hours_per_step:
             calibration.measured.setdefault(record.key, []).append(1 / record.gpu_hours_per_step)
     return calibration
@@ -119,8 +162,9 @@ class FinishedRun:
         return self.wall_hours * max(self.gpus, 1) / self.env_steps if self.env_steps and self.wall_hours else 0.0
 
 
-def finished_runs(results: str | Path) -> list[FinishedRun]:
-    """Every finished run under `results` with the configuration it ran (unreadable ones are skipped)."""
+def finished_runs(results: str | Path, calibration: Calibration) -> list[FinishedRun]:
+    """Every finished run under `results` with the configuration it ran (unreadable ones are skipped), keyed by
+    the calibration table's type of the GPU it ran on."""
     out = []
     for done in sorted(Path(results).glob(f"*/*/seed*/{runstate.DONE}")):
         try:
@@ -129,7 +173,7 @@ def finished_runs(results: str | Path) -> list[FinishedRun]:
         except (runstate.RunStateError, ConfigError):
             continue  # a foreign or broken run does not calibrate anything
         gpus = int(summary.get("gpus") or 0)
-        key = calibration_key(config, summary.get("gpu_name") if gpus else "cpu")
+        key = calibration_key(config, calibration.gpu_type(summary.get("gpu_name")) if gpus else "cpu")
         out.append(
             FinishedRun(done.parent, key, int(summary.get("env_steps", 0)), gpus, summary["wall_seconds"] / 3600)
         )
@@ -196,10 +240,10 @@ class Budget:
 
 
 def estimate(
-    runs: list[Run], gpus: int, gpu_name: str, calibration: Calibration, queued: frozenset[Path] = frozenset()
+    runs: list[Run], gpus: int, gpu_type: str, calibration: Calibration, queued: frozenset[Path] = frozenset()
 ) -> list[Estimate]:
     """The remaining cost of each planned run; `queued` holds the directories of runs with a live job."""
-    gpu = gpu_name if gpus else "cpu"
+    gpu = gpu_type if gpus else "cpu"
     out = []
     for run in runs:
         rate, source = calibration.rate(run.config, gpu)
@@ -216,9 +260,9 @@ def estimate(
     return out
 
 
-def spent(results: str | Path, gpu_name: str, calibration: Calibration) -> tuple[float, float]:
+def spent(results: str | Path, gpu_type: str, calibration: Calibration) -> tuple[float, float]:
     """GPU-hours already used under `results`: finished runs as measured, unfinished ones from their checkpoints."""
-    finished = finished_runs(results)
+    finished = finished_runs(results, calibration)
     measured = sum(r.gpu_hours for r in finished)
     done = {r.directory for r in finished}
     partial = 0.0
@@ -231,19 +275,24 @@ def spent(results: str | Path, gpu_name: str, calibration: Calibration) -> tuple
             config = load_config(config_file)
         except ConfigError:
             continue
-        gpus = progress.world if gpu_name != "cpu" else 0
-        rate, _ = calibration.rate(config, gpu_name if gpus else "cpu")
+        gpus = progress.world if gpu_type != "cpu" else 0
+        rate, _ = calibration.rate(config, gpu_type if gpus else "cpu")
         if gpus and math.isfinite(rate):
             partial += progress.steps / rate
     return measured, partial
 
 
 def make_budget(
-    runs: list[Run], gpus: int, gpu_name: str, calibration: Calibration, limits: Limits, results: str | Path,
+    runs: list[Run], gpus: int, gpu_type: str, calibration: Calibration, limits: Limits, results: str | Path,
     queued: frozenset[Path] = frozenset(),
 ) -> Budget:  # fmt: skip
-    measured, partial = spent(results, gpu_name if gpus else "cpu", calibration)
-    return Budget(estimate(runs, gpus, gpu_name, calibration, queued), measured, partial, limits, calibration)
+    """The plan's budget on `gpus` GPUs per run of `gpu_type` (a type of the calibration table's `gpus`)."""
+    if gpus and gpu_type not in calibration.gpus:
+        raise ValueError(
+            f"budget.gpu: {gpu_type} is not a GPU of the calibration table ({', '.join(calibration.gpus)})"
+        )
+    measured, partial = spent(results, gpu_type if gpus else "cpu", calibration)
+    return Budget(estimate(runs, gpus, gpu_type, calibration, queued), measured, partial, limits, calibration)
 
 
 # -- the report -------------------------------------------------------------------------------------
@@ -293,9 +342,18 @@ def _legend(budget: Budget) -> list[str]:
     limits = budget.limits
     lines = [
         f"  paper: Appendix C, {paper.gpu_hours_per_seed:g} GPU-h per seed of {paper.steps_per_seed:,} steps on "
-        f"{paper.gpu_name} ({paper.steps_per_gpu_hour:,.0f} steps per GPU-h)",
+        f"{paper.gpu} in {paper.dtype} ({paper.steps_per_gpu_hour:,.0f} steps per GPU-h)",
         f"  scaled estimate: the paper's rate x the run's steps x its algorithm's relative cost ({costs or 'none'}); "
         f"measured: the median of finished runs",
+    ]
+    if any(e.source.startswith("peak-ratio") for e in budget.estimates):
+        reference = budget.calibration.gpus[paper.gpu].tflops[paper.dtype]
+        lines.append(
+            f"  peak-ratio rule (no run measured on this GPU yet): the scaled estimate x the GPU's dense peak TFLOP/s "
+            f"at the run's dtype / the {paper.gpu}'s {reference:g} in {paper.dtype} (calibration table's gpus); an "
+            f"upper bound on the speed-up"
+        )
+    lines += [
         f"  attempts: SLURM jobs per run at {limits.hours_per_attempt:.2f} h of training each (launcher.time_min="
         f"{limits.time_min} minus signal_delay_s={limits.signal_delay_s}); each resumes from the last checkpoint",
     ]

@@ -34,7 +34,6 @@ from pathlib import Path
 import numpy as np
 
 from sacglam_core.config import RunConfig
-from sacglam_core.distributed import Ranks
 from sacglam_core.evaluation import evaluate, random_policy
 from sacglam_core.pipeline.aggregate import (
     Experiment,
@@ -55,7 +54,7 @@ class Claim:
 
 def random_success(config: RunConfig, rounds: int = 10) -> float:
     """Mean evaluation success of the uniform policy over `rounds` of the runs' evaluation plan."""
-    return float(np.mean([evaluate(random_policy(seed), config, Ranks())["eval_success"] for seed in range(rounds)]))
+    return float(np.mean([evaluate(random_policy(seed), config)["eval_success"] for seed in range(rounds)]))
 
 
 def _mean_std(values: np.ndarray) -> str:

@@ -2,10 +2,10 @@
 
 They come in layers, each overriding the one before: `workflow/config/config.yaml`, the files given to
 Snakemake with `--configfile` (a profile's `configfile:`), the cluster file that a layer names in
-`cluster_file` (`profiles/slurm/cluster.yaml`), and last `--config key=value`. Each file is read strictly
-(`yamlfile`): a duplicate key, an unquoted `20:00:00` or an empty file is an error. Snakemake's `--config`
-turns nested values into strings (`launcher={"container": null}` arrives as "null"); validation turns
-them back.
+`cluster_file` (a profile's `cluster.yaml`, relative to the file that names it), and last `--config
+key=value`. Each file is read strictly (`yamlfile`): a duplicate key, an unquoted `20:00:00`, an example's
+`<placeholder>` or an empty file is an error. Snakemake's `--config` turns nested values into strings
+(`launcher={"container": null}` arrives as "null"); validation turns them back.
 """
 
 from __future__ import annotations
@@ -17,13 +17,29 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
+from sacglam_core.config import MonitorConfig
 from sacglam_core.pipeline import yamlfile
 from sacglam_core.settings import settings
 
 DEFAULTS = Path("workflow/config/config.yaml")
 SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
+GRES_TYPE = re.compile(r"^[A-Za-z0-9_.-]+$")
+SBATCH_FLAG = re.compile(r"^[a-z][a-z0-9-]*$")
 Positive = Annotated[int, Field(gt=0)]
+
+# sbatch options the launcher sets itself, and the key that sets each (`sbatch_options` may not).
+LAUNCHER_KEYS = {
+    "partition": "launcher.partition", "account": "launcher.account", "qos": "launcher.qos",
+    "constraint": "launcher.constraint", "gres": "launcher.gpus_per_node and launcher.gres_type",
+    "gpus": "launcher.gpus_per_node", "gpus-per-node": "launcher.gpus_per_node", "nodes": "launcher.nodes",
+    "ntasks": "launcher.gpus_per_node", "ntasks-per-node": "launcher.gpus_per_node",
+    "cpus-per-task": "launcher.cpus_per_gpu", "cpus-per-gpu": "launcher.cpus_per_gpu", "mem": "launcher.mem_gb",
+    "time": "launcher.time_min", "signal": "launcher.signal_delay_s", "requeue": "launcher.max_requeues",
+}  # fmt: skip
+OWNED_SBATCH_OPTIONS = LAUNCHER_KEYS | {
+    name: "nothing (the launcher names the job and its logs)" for name in ("job-name", "output", "error", "open-mode")
+}
 
 
 class WorkflowConfigError(ValueError):
@@ -56,6 +72,10 @@ class LauncherConfig:
     qos: str | None = None
     constraint: str | None = None  # e.g. v100-32g
     gpus_per_node: Annotated[int, Field(ge=0, le=16)] = 4  # ranks per run; 0 only for executor local
+    gres_type: str | None = None  # the GPUs' GRES type (`sinfo -o %G`): --gres=gpu:<type>:<gpus_per_node>
+    nodes: int = 1  # nodes per run: a run's ranks are one node's GPUs
+    sbatch_options: dict[str, str | int | bool] = field(default_factory=dict)  # any other sbatch option
+    setup: tuple[str, ...] = ()  # shell lines the job runs before the trainer (`module load apptainer`)
     cpus_per_gpu: Positive = 8
     mem_gb: Positive = 128
     time_min: Annotated[int, Field(gt=0, le=60 * 24 * 31)] = 1200  # minutes, or a quoted "HH:MM:SS"
@@ -71,6 +91,33 @@ class LauncherConfig:
     def _slurm_time(cls, value):
         return slurm_minutes(value) if isinstance(value, str) and not value.strip().isdigit() else value
 
+    @field_validator("gres_type")
+    @classmethod
+    def _gres_type(cls, value):
+        if value is not None and not GRES_TYPE.match(value):
+            raise ValueError("a GRES type is one word such as a100 (the type in `sinfo -o %G`: gpu:a100:4)")
+        return value
+
+    @field_validator("nodes")
+    @classmethod
+    def _one_node(cls, value):
+        if value != 1:
+            raise ValueError("a run's ranks share one node (multi-node data parallelism is not supported): nodes: 1")
+        return value
+
+    @field_validator("sbatch_options")
+    @classmethod
+    def _sbatch_options(cls, value):
+        for key in value:
+            flag = key.strip().lstrip("-").replace("_", "-")
+            if flag in OWNED_SBATCH_OPTIONS:
+                raise ValueError(f"{key}: set {OWNED_SBATCH_OPTIONS[flag]} instead (the launcher sets --{flag})")
+            if not SBATCH_FLAG.match(flag):
+                raise ValueError(f"{key!r} is not an sbatch option name (reservation, exclude, mail-user...)")
+            if value[key] is False:
+                raise ValueError(f"{key}: false: leave the option out instead (true gives --{flag})")
+        return {key.strip().lstrip("-").replace("-", "_"): option for key, option in value.items()}
+
     @property
     def ranks(self) -> int:
         """Trainer processes of one run: one per GPU, or one on a CPU."""
@@ -80,7 +127,7 @@ class LauncherConfig:
 @settings
 class BudgetConfig:
     calibration: str = "workflow/config/calibration.yaml"
-    gpu_name: str = "Tesla V100-SXM2-32GB"  # the calibration key of the cluster's GPUs
+    gpu: str = "V100"  # the cluster's GPU type, one of the calibration table's gpus (V100, A100, H100)
     allocation_gpu_hours: Annotated[float, Field(gt=0)] | None = None  # spent + planned may not exceed it
 
 
@@ -96,6 +143,7 @@ class WorkflowConfig:
     model_revisions: dict[str, str] = field(default_factory=dict)  # hub id -> pinned commit of staged models
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)  # every run's progress lines, TensorBoard, W&B
 
     @property
     def definition_files(self) -> list[str]:
@@ -113,12 +161,28 @@ def load_workflow_config(configfiles: list[str | Path], overrides: dict) -> Work
             if Path(path).resolve() != DEFAULTS.resolve():
                 layers.append((_relative(path), yamlfile.load(path, "workflow configuration")))
         command_line: Layer = ("--config", _nulls(dict(overrides)))
-        cluster_file = _merged([*layers, command_line]).get("cluster_file")
+        cluster_file = _cluster_file([*layers, command_line])
         if cluster_file:
-            layers.append((str(cluster_file), yamlfile.load(cluster_file, "cluster settings file")))
+            layers.append((cluster_file, yamlfile.load(cluster_file, "cluster settings file")))
+            command_line = (command_line[0], {**command_line[1], "cluster_file": cluster_file})
     except yamlfile.YamlFileError as error:
         raise WorkflowConfigError(str(error)) from None
     return parse_layers([*layers, command_line])
+
+
+def _cluster_file(layers: list[Layer]) -> str | None:
+    """The cluster file's path: relative to the file that names it (a copied profile reads its own), or to the
+    working directory when `--config` names it. A missing one names the example to copy."""
+    name = _merged(layers).get("cluster_file")
+    if not name:
+        return None
+    where = _origin(layers, ["cluster_file"])
+    path = Path(name) if Path(name).is_absolute() or where == "--config" else Path(where).parent / name
+    if not path.exists():
+        example = path.with_name(f"{path.stem}.example{path.suffix}")
+        advice = f"copy {example} to it and set its <...> values" if example.exists() else "create it"
+        raise yamlfile.YamlFileError(f"{where}: cluster_file: {path} does not exist: {advice} (docs/cluster.md)")
+    return _relative(path)
 
 
 def parse_workflow_config(raw: dict, where: str = "workflow configuration") -> WorkflowConfig:
@@ -150,6 +214,30 @@ def _check_coherence(config: WorkflowConfig, layers: list[Layer]) -> None:
             f"{_origin(layers, ['launcher', 'signal_delay_s'])}: launcher.signal_delay_s={launcher.signal_delay_s} "
             f"leaves no training time within launcher.time_min={launcher.time_min} minutes"
         )
+
+
+# Resources that Snakemake's own SLURM executor reads, and the launcher's key that does the same here.
+SNAKEMAKE_RESOURCES = {
+    "slurm_partition": "launcher.partition", "slurm_account": "launcher.account", "slurm_qos": "launcher.qos",
+    "qos": "launcher.qos", "constraint": "launcher.constraint", "runtime": "launcher.time_min",
+    "cpus_per_task": "launcher.cpus_per_gpu", "mem_mb_per_cpu": "launcher.mem_gb", "gres": "launcher.gres_type",
+    "gpu": "launcher.gpus_per_node", "gpus": "launcher.gpus_per_node", "nodes": "launcher.nodes",
+    "tasks": "launcher.gpus_per_node", "tasks_per_node": "launcher.gpus_per_node",
+    "slurm_extra": "launcher.sbatch_options",
+}  # fmt: skip
+
+
+def refuse_snakemake_resources(config: WorkflowConfig, given: dict[str, list[str]]) -> None:
+    """Refuse SLURM options given as Snakemake resources (`given`: option -> resource names), which the workflow's
+    launcher would otherwise ignore without a word: one line names the cluster file's key to use instead."""
+    for option, names in given.items():
+        for name in names:
+            key = SNAKEMAKE_RESOURCES.get(name) or ("launcher.sbatch_options" if name.startswith("slurm_") else None)
+            if key:
+                raise WorkflowConfigError(
+                    f"{option} {name}: the training jobs' SLURM options come from the cluster file, not from "
+                    f"Snakemake's resources: set {key} in {settings_file(config)}"
+                )
 
 
 def settings_file(config: WorkflowConfig) -> str:

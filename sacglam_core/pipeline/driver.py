@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 
@@ -206,7 +207,7 @@ class Driver:
         summary = runstate.finished(run.directory)
         if summary is None:
             run.directory.mkdir(parents=True, exist_ok=True)
-            write_text(run.directory / "run.yaml", _yaml(run.settings))
+            write_text(run.directory / "run.yaml", _yaml({**run.settings, "monitor": asdict(self.settings.monitor)}))
             (self._on_slurm if self.on_slurm else self._locally)(run, note)
             summary = self._await_done(run)
         elif not Path(marker).exists():

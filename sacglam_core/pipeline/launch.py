@@ -186,20 +186,22 @@ def slurm_executor(run_dir: Path, launcher: LauncherConfig):
     executor = submitit.AutoExecutor(
         folder=run_dir / "slurm", cluster="slurm", slurm_max_num_timeout=launcher.max_requeues
     )
+    gpus = ":".join(filter(None, ["gpu", launcher.gres_type, str(launcher.gpus_per_node)]))
     options = {
         "name": job_name(run_dir),
         "timeout_min": launcher.time_min,
-        "nodes": 1,
+        "nodes": launcher.nodes,
         "tasks_per_node": launcher.ranks,
         "cpus_per_task": launcher.cpus_per_gpu,
         "mem_gb": launcher.mem_gb,
-        "slurm_gres": f"gpu:{launcher.gpus_per_node}" if launcher.gpus_per_node else None,
+        "slurm_gres": gpus if launcher.gpus_per_node else None,
         "slurm_signal_delay_s": launcher.signal_delay_s,
         "slurm_partition": launcher.partition,
         "slurm_account": launcher.account,
         "slurm_qos": launcher.qos,
         "slurm_constraint": launcher.constraint,
-        "slurm_additional_parameters": {"requeue": True},
+        "slurm_setup": list(launcher.setup) or None,
+        "slurm_additional_parameters": {**launcher.sbatch_options, "requeue": True},
     }
     executor.update_parameters(**{k: v for k, v in options.items() if v is not None})
     return executor

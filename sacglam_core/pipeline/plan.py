@@ -32,6 +32,12 @@ class Plan:
         self.cluster_file = settings_file(settings)
         # Read once: it prices the plan and orders the runs (train's priority). ValueError for a bad table.
         self.calibration = budgeting.load_calibration(settings.budget.calibration, settings.results)
+        gpu = settings.budget.gpu
+        if settings.launcher.executor == "slurm" and gpu not in self.calibration.gpus:
+            raise ValueError(
+                f"{self.cluster_file}: budget.gpu: {gpu} is not a GPU of {settings.budget.calibration} (one of "
+                f"{', '.join(self.calibration.gpus)}; add its peak TFLOP/s there to budget another)"
+            )
         self._budget: budgeting.Budget | None = None
         self._warnings: list[str] | None = None  # the preflight's, once announced
 
@@ -48,7 +54,7 @@ class Plan:
             self._budget = budgeting.make_budget(
                 runs,
                 gpus,
-                budget.gpu_name,
+                budget.gpu,
                 self.calibration,
                 budgeting.Limits(launcher.time_min, launcher.signal_delay_s, launcher.max_requeues),
                 self.settings.results,
@@ -78,6 +84,7 @@ class Plan:
         budget = self.budget(workflow.dag)
         problems = self.preflight(workflow.dag) if workflow.dryrun else []
         self._warnings = [f"  WARNING: preflight: {problem}; a real run refuses to start" for problem in problems]
+        self._warnings += [f"  WARNING: {warning}" for warning in self.mixed_gpus(self.to_train(workflow.dag))]
         report = budgeting.report(budget, self.settings.budget.allocation_gpu_hours, workflow.dryrun)
         say("\n".join([report, *self._warnings]))
 
@@ -133,6 +140,21 @@ class Plan:
                 problems += self._test_only(runs[0])
         return problems
 
+    def mixed_gpus(self, runs: list[Run]) -> list[str]:
+        """A partition of GPU types on which `dtype: auto` computes differently, with no `gres_type` or `constraint`
+        to pin one: a variant's seeds could then run in different dtypes."""
+        launcher = self.settings.launcher
+        auto = [run for run in runs if run.config.model.dtype == "auto"]
+        if launcher.executor != "slurm" or launcher.gres_type or launcher.constraint or not auto:
+            return []
+        if not launcher.partition or not slurm.available():
+            return []
+        try:
+            types = sorted(slurm.gpu_types(launcher.partition))
+        except slurm.SlurmError:
+            return []
+        return mixed_dtypes(types, auto[0], self.calibration, launcher.partition, self.cluster_file)
+
     def _ranks(self, run: Run) -> str | None:
         progress = runstate.progress(run.directory)
         ranks = self.settings.launcher.ranks if self.settings.launcher.executor == "slurm" else 1
@@ -165,6 +187,22 @@ class Plan:
             if v is not None
         )  # fmt: skip
         return [f"sbatch --test-only rejected the training jobs' options ({options}; {self.cluster_file}): {message}"]
+
+
+def mixed_dtypes(
+    types: list[str], run: Run, calibration: budgeting.Calibration, partition: str, cluster_file: str
+) -> list[str]:
+    """The warning for a partition whose GPU types (`types`, from sinfo) give `run` different dtypes (an unknown
+    type counts as different)."""
+    dtypes = {gres_type: calibration.dtype_on(gres_type, run.config) or "unknown" for gres_type in types}
+    if len(types) < 2 or (len(set(dtypes.values())) == 1 and "unknown" not in dtypes.values()):
+        return []
+    found = ", ".join(f"{gres_type} ({dtype})" for gres_type, dtype in dtypes.items())
+    return [
+        f"partition {partition} mixes GPU types with dtype: auto computing differently on them, {found}: a "
+        f"variant's seeds could differ in precision; pin one with launcher.gres_type or launcher.constraint "
+        f"({cluster_file})"
+    ]
 
 
 class PlanListener(logging.Handler):

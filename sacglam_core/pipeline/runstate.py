@@ -3,6 +3,7 @@
 <run>/done.json                    the trainer's summary, written once at the end: the run is finished
 <run>/checkpoints/ckpt-<n>.json    checkpoint manifests: `number` is the environment step, `world` the ranks
 <run>/job.json                     the SLURM job the workflow submitted for it (written right after sbatch)
+<run>/progress.json                the trainer's latest progress line (steps, steps/s, ETA; sacglam_core/monitor.py)
 <run>/train.done                   the workflow's marker (Snakemake's output), written after done.json
 """
 
@@ -16,6 +17,7 @@ from sacglam_core.atomic import write_text
 
 DONE = "done.json"
 JOB_RECORD = "job.json"
+PROGRESS = "progress.json"
 MARKER = "train.done"
 # What to do about a finished run whose files are damaged: its last checkpoint is the finished state, from which
 # the trainer writes done.json, metrics.csv and config.yaml again without training a step.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -66,3 +67,15 @@ def test_only(script: str) -> tuple[bool, str]:
     result = _run("sbatch", "--test-only", script)
     message = " ".join((result.stderr + result.stdout).split())
     return result.returncode == 0, message
+
+
+def gpu_types(partition: str) -> set[str]:
+    """The GRES types of the partition's GPUs (`gpu:a100:8` -> a100; `untyped` for `gpu:8`), from sinfo."""
+    result = _run("sinfo", "--noheader", "--partition", partition, "--format=%G")
+    if result.returncode:
+        raise SlurmError(f"sinfo failed: {(result.stderr or result.stdout).strip()}")
+    types = set()
+    for gres in re.findall(r"gpu:[^,\s]+", result.stdout):
+        fields = re.sub(r"\(.*", "", gres).split(":")
+        types.add(fields[1] if len(fields) > 2 else "untyped")
+    return types

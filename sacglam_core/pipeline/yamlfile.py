@@ -1,7 +1,8 @@
 """Strict YAML for the workflow's own files: every problem is one line naming the file, the key and the line.
 
 PyYAML (YAML 1.1) keeps the last of two equal keys without a word, reads `time_min: 20:00:00` as the
-base-60 number 72000 and an empty file as nothing at all. Here each of these is an error.
+base-60 number 72000 and an empty file as nothing at all. Here each of these is an error, and so is an
+example's placeholder left in (`partition: <your partition>`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import yaml
 
 SEXAGESIMAL = re.compile(r"^[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?$")
 NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+PLACEHOLDER = re.compile(r"^<[^<>]*>$")  # `<your partition>`, unquoted, in an example file
 
 
 class YamlFileError(ValueError):
@@ -34,6 +36,11 @@ def _check(node: yaml.Node, where: str, keys: tuple[str, ...] = ()) -> None:
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             _check(item, where, (*keys, str(index)))
+    elif node.tag == "tag:yaml.org,2002:str" and PLACEHOLDER.match(str(node.value)) and node.style is None:
+        raise YamlFileError(
+            f"{where}:{node.start_mark.line + 1}: {'.'.join(keys)}: {node.value} is a placeholder of the example "
+            f"file: set your value (or null where the comment allows it)"
+        )
     elif node.tag in NUMBER_TAGS and SEXAGESIMAL.match(str(node.value)):
         raise YamlFileError(
             f"{where}:{node.start_mark.line + 1}: {'.'.join(keys)}: {node.value} is read by YAML as the base-60 "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sacglam_core.pipeline import staging
 from sacglam_core.pipeline.budget import write_calibration
-from sacglam_core.pipeline.config import WorkflowConfigError, load_workflow_config
+from sacglam_core.pipeline.config import WorkflowConfigError, load_workflow_config, refuse_snakemake_resources
 from sacglam_core.pipeline.driver import Driver
 from sacglam_core.pipeline.experiments import ExperimentError, expand, load_definitions
 from sacglam_core.pipeline.outputs import expected_outputs
@@ -17,6 +17,14 @@ from sacglam_core.pipeline.runstate import MARKER
 PYTHON = sys.executable  # the workflow's own interpreter (the project's virtualenv)
 try:
     SETTINGS = load_workflow_config(workflow.config_settings.configfiles, workflow.config_settings.config)
+    _resources = workflow.resource_settings
+    refuse_snakemake_resources(
+        SETTINGS,
+        {
+            "--default-resources": list((_resources.default_resources or {}).keys()),
+            "--set-resources": [name for rule in _resources.overwrite_resources.values() for name in rule.keys()],
+        },
+    )
     DEFINITIONS = load_definitions(*SETTINGS.definition_files)
     RUNS = expand(DEFINITIONS, SETTINGS.experiments, Path(SETTINGS.results), {"models": SETTINGS.models})
     MODEL_INPUTS = {str(run.directory): staging.model_inputs(run.config.model, SETTINGS) for run in RUNS}

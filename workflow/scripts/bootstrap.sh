@@ -9,7 +9,7 @@ stamp=".venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
     echo "bootstrap: installing the project into .venv (first run: one to two minutes)" >&2
     # pyproject pins torch==2.13.0; on this kind of machine pip's find-links serves its CPU wheel.
-    if ! .venv/bin/pip install --disable-pip-version-check --no-compile -e '.[workflow,dev]' >.venv/install.log 2>&1; then
+    if ! .venv/bin/pip install --disable-pip-version-check --no-compile -e '.[train,workflow,dev]' >.venv/install.log 2>&1; then
         tail -30 .venv/install.log >&2
         echo "bootstrap: pip install failed; the whole log is in .venv/install.log" >&2
         exit 1

@@ -1,0 +1,38 @@
+"""The Hugging Face Hub without torch: whether this process runs offline, and staging a model at a pinned commit
+into a shared cache on a login node (with internet) for compute nodes that run offline."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+STAGED_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "tokenizer*"]
+STAGED_BIN_FILES = ["pytorch_model*.bin", "pytorch_model*.bin.index.json"]
+
+
+def stage(name: str, cache_dir: str | None, revision: str | None = None) -> str:
+    """Download a hub model (its PyTorch files) into a (shared) cache, for compute nodes that run offline.
+
+    With `revision` (a commit), that commit is downloaded and the cache's `main` points to it, so that the
+    offline trainer, which loads `main`, gets exactly the pinned files. Returns the snapshot's path.
+    """
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.file_download import repo_folder_name
+
+    from sacglam_core.atomic import write_text
+
+    if hub_offline():
+        raise RuntimeError("HF_HUB_OFFLINE is set: staging needs the Hub (run it on a login node with internet)")
+    path = snapshot_download(name, cache_dir=cache_dir, revision=revision, allow_patterns=STAGED_FILES)
+    if not any(Path(path).glob("*.safetensors")):
+        path = snapshot_download(name, cache_dir=cache_dir, revision=revision, allow_patterns=STAGED_BIN_FILES)
+    if revision:
+        refs = Path(cache_dir or constants.HF_HUB_CACHE) / repo_folder_name(repo_id=name, repo_type="model") / "refs"
+        refs.mkdir(parents=True, exist_ok=True)
+        write_text(refs / "main", Path(path).name)  # the snapshot folder is named by its commit
+    return path
