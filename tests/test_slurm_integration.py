@@ -196,6 +196,12 @@ def test_driver_stopped_and_killed_re_attaches_finished_is_final_and_mid_campaig
     driver.wait(timeout=30)
     assert "driver: SIGTERM: detaching; the SLURM jobs keep running" in log.read_text()
     assert state(job, cluster) in ("RUNNING", "COMPLETING")
+    # Mid-campaign, the driver gone: `status` shows the job's run running, read from the run's files and squeue.
+    shown = status([*args, 'experiments=["smoke", "later"]'], cluster)
+    print(shown)
+    row = next(line for line in shown.splitlines() if f" {job} " in line)
+    assert " running " in row or state(job, cluster) != "RUNNING", row
+    assert "later: 1 runs: 1 not started" in shown
 
     # 2. Started again: it re-attaches (unless the job ended meanwhile); then kill -9 while a job runs.
     driver = start_driver(args, cluster, log)
@@ -209,6 +215,7 @@ def test_driver_stopped_and_killed_re_attaches_finished_is_final_and_mid_campaig
     # 3. Started again: it re-attaches (no lock to remove) and the campaign ends.
     driver = start_driver(args, cluster, log)
     assert driver.wait(timeout=1500) == 0, log.read_text()[-4000:]
+    assert f"smoke: {len(runs)} runs: {len(runs)} finished;" in status(args, cluster)
     for run in runs:
         jobs = jobs_named(job_name(run.directory), cluster)
         assert len(jobs) == 1 and jobs[0][1] == "COMPLETED", jobs  # exactly one job for the run, whole test long
@@ -240,6 +247,54 @@ def test_driver_stopped_and_killed_re_attaches_finished_is_final_and_mid_campaig
     made = snakemake([*both, f"--report={report}"], cluster)
     assert made.returncode == 0, (made.stdout + made.stderr)[-3000:]
     assert "figure2.png" in report.read_text()
+
+
+def status(args: list[str], env: dict) -> str:
+    """`python -m sacglam_core.pipeline.status` with the workflow's settings (`args`, as Snakemake's --config)."""
+    command = [sys.executable, "-m", "sacglam_core.pipeline.status", "--profile", env["SNAKEMAKE_PROFILE"],
+               "--config", *args]  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_a_copied_profiles_site_options_reach_the_job(cluster, tmp_path):
+    """Typed GRES, sbatch options and setup lines from a copied profile's cluster.yaml, as `scontrol show job`
+    shows the job."""
+    options = {"comment": "sacglam-site", "mail-user": "me@example.org", "mail-type": "END"}
+    site = {"gres_type": "fake", "setup": ["echo setup line ran >&2"], "sbatch_options": options}
+    profile = copy_cluster_profile(tmp_path, "site", **LAUNCHER, **site)
+    env = {**cluster, "SNAKEMAKE_PROFILE": str(profile)}
+    experiments = smoke_definitions(tmp_path, variants=("PPO-GLAM",))
+    models = {"models": str(tmp_path / "models")}
+    (run,) = expand(load_definitions(experiments), ["smoke"], tmp_path / "results", models)
+    args = config(tmp_path, experiments)[:-1]  # every setting but the launcher's: the profile's cluster.yaml
+    driver = start_driver(args, env, tmp_path / "driver.txt")
+    job = wait_for(lambda: live_job(run, env), 600, "the run's job running")
+    shown = slurm("scontrol", "show", "job", job, env=env)
+    print(shown)
+    assert re.search(r"TresPerNode=\S*gres/gpu:fake:4", shown), shown
+    assert "Comment=sacglam-site" in shown and "MailUser=me@example.org" in shown and "MailType=END" in shown
+    assert driver.wait(timeout=900) == 0, (tmp_path / "driver.txt").read_text()[-3000:]
+    logs = "".join(path.read_text() for path in (run.directory / "slurm").glob(f"{job}_*"))
+    assert "setup line ran" in logs
+
+
+@pytest.mark.parametrize(
+    "launcher, message",
+    [
+        ({"gres_type": "nosuch"}, "invalid generic resource"),
+        ({"sbatch_options": {"mail-type": "SOMETIMES"}}, "--mail-type=sometimes invalid"),
+    ],
+)
+def test_a_bad_site_option_is_refused_by_the_preflight_with_sbatchs_message(cluster, tmp_path, launcher, message):
+    experiments = smoke_definitions(tmp_path, variants=("PPO-GLAM",))
+    result = snakemake(config(tmp_path, experiments, **launcher), cluster, timeout=300)
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: preflight: sbatch --test-only rejected the training jobs' options"), last
+    assert message in last.lower(), last
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("job.json"))
 
 
 def test_sbatch_test_only_refuses_a_bad_partition_before_submitting(cluster, tmp_path):

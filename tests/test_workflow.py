@@ -168,7 +168,7 @@ def test_workflow_configuration_is_validated():
         ("", "cluster settings file {path} is empty"),
         (None, "--config: cluster_file: {path} does not exist: create it (docs/cluster.md)"),
         ("launcher:\n  partition: <your GPU partition>\n", "{path}:2: launcher.partition: <your GPU partition> is a"),
-        ("launcher:\n  nodes: 2\n", "{path}: launcher.nodes: a run's ranks share one node (multi-node data parallelism"),
+        ("launcher:\n  nodes: 2\n", "{path}: launcher.nodes: a run's ranks share one node (multi-node data"),
         ("launcher:\n  gres_type: a100:4\n", "{path}: launcher.gres_type: a GRES type is one word such as a100"),
         ("launcher:\n  sbatch_options: {time: 60}\n", "{path}: launcher.sbatch_options: time: set launcher.time_min"),
         ("launcher:\n  sbatch_options: {job-name: x}\n", "job-name: set nothing (the launcher names the job"),
@@ -222,7 +222,8 @@ def test_a_copied_profile_reads_its_own_cluster_file_and_a_missing_one_names_the
 
 
 def test_sbatch_options_are_passed_through_under_submitits_names():
-    raw = {"experiments": ["main"], "launcher": {"sbatch_options": {"--mail-user": "me@example.org", "exclusive": True}}}
+    options = {"--mail-user": "me@example.org", "exclusive": True}
+    raw = {"experiments": ["main"], "launcher": {"sbatch_options": options}}
     assert parse_workflow_config(raw).launcher.sbatch_options == {"mail_user": "me@example.org", "exclusive": True}
 
 
@@ -235,10 +236,7 @@ def snakemake(*args: str, timeout: int = 900, env: dict | None = None) -> subpro
 
 def test_dry_run_of_the_paper_grid_lists_every_run_and_the_budget(tmp_path, cluster_profile):
     """In an environment without torch, transformers or bitsandbytes (a login node's driver-only install)."""
-    blocker = tmp_path / "no-torch"
-    blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text(NO_TORCH)
-    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1", "PYTHONPATH": str(blocker)}  # every import, on stderr
+    env = {**no_torch_environment(tmp_path), "PYTHONPROFILEIMPORTTIME": "1"}  # every import, on stderr
     start = time.perf_counter()
     config = ["--config", f"experiments={json.dumps(PAPER)}", f"results={tmp_path}"]
     result = snakemake("--profile", str(cluster_profile), "-n", *config, env=env)
@@ -399,6 +397,51 @@ def fake_finished_run(run: Run, marker: bool = True) -> None:
     (run.directory / "done.json").write_text(json.dumps(summary))
     if marker:
         (run.directory / MARKER).write_text("{}")
+
+
+def no_torch_environment(tmp_path: Path) -> dict:
+    """The environment of a process that cannot import the trainer's packages (a driver-only install)."""
+    blocker = tmp_path / "no-torch"
+    blocker.mkdir(exist_ok=True)
+    (blocker / "sitecustomize.py").write_text(NO_TORCH)
+    return {**os.environ, "PYTHONPATH": str(blocker)}
+
+
+def test_aggregation_and_status_run_without_torch(tmp_path, definitions, cluster_profile):
+    runs = expand(definitions, ["main"], tmp_path)
+    for run in runs:
+        fake_finished_run(run)
+    env = no_torch_environment(tmp_path)
+    outputs = [sys.executable, "-m", "sacglam_core.pipeline.outputs", "main", "--results", str(tmp_path)]
+    result = subprocess.run(outputs, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert all(path.exists() for path in expected_outputs("main", definitions["experiments"]["main"], tmp_path))
+    status = [sys.executable, "-m", "sacglam_core.pipeline.status", "--profile", str(cluster_profile), "main",
+              "--results", str(tmp_path)]  # fmt: skip
+    result = subprocess.run(status, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and "main: 12 runs: 12 finished" in result.stdout, result.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_a_driver_only_install_plans_and_dry_runs_the_paper_grid(tmp_path):
+    """`pip install '.[workflow]'` into a fresh virtualenv, as on a login node: no torch, transformers or
+    bitsandbytes, and the workflow plans the paper's grid, prices it and passes its preflight's checks."""
+    from conftest import copy_cluster_profile
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    install = [str(venv / "bin" / "pip"), "install", "--quiet", f"{ROOT}[workflow]"]
+    result = subprocess.run(install, capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, result.stderr[-3000:]
+    packages = "('torch', 'transformers', 'bitsandbytes')"
+    probe = f"import importlib.util as u; print([m for m in {packages} if u.find_spec(m)])"
+    assert subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True).stdout == "[]\n"
+    profile = copy_cluster_profile(tmp_path)
+    command = [str(venv / "bin" / "snakemake"), "--nolock", "--profile", str(profile), "-n", "--config",
+               f"experiments={json.dumps(PAPER)}", f"results={tmp_path / 'results'}"]  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "total: 66 runs to train, 3,019.2 GPU-hours planned" in result.stderr
 
 
 def local_config(tmp_path: Path, experiments: list[str]) -> list[str]:

@@ -3,6 +3,7 @@ command but `squeue`, no lock taken), so it works while the driver runs or after
 
     python -m sacglam_core.pipeline.status --profile profiles/slurm            # the profile's experiments
     python -m sacglam_core.pipeline.status --profile profiles/local mini smoke  # these experiments
+    python -m sacglam_core.pipeline.status --config results=/scratch/results    # other settings, as --config
 
 Each run is `finished`, `running` (steps done, steps/s, job id, ETA), `queued` (its SLURM job waits), `stopped`
 (checkpointed, no live job: the next launch resumes it), `failed` (its job ended before the run finished: its
@@ -22,6 +23,8 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from sacglam_core.lease import LEASE_FILE
 from sacglam_core.pipeline import runstate, slurm, yamlfile
@@ -159,8 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("experiments", nargs="*", help="experiments to show (default: the profile's)")
     parser.add_argument("--profile", default="profiles/slurm", help="the Snakemake profile the campaign runs with")
     parser.add_argument("--results", help="the results folder (default: the profile's)")
+    parser.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE", help="as Snakemake's --config")
     args = parser.parse_args(argv)
-    overrides = {"experiments": args.experiments} if args.experiments else {}
+    overrides = {key: yaml.safe_load(value) for key, _, value in (item.partition("=") for item in args.config)}
+    if args.experiments:
+        overrides["experiments"] = args.experiments
     if args.results:
         overrides["results"] = args.results
     try:
