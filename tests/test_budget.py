@@ -171,3 +171,19 @@ def test_other_gpus_are_budgeted_by_the_peak_ratio_rule_until_runs_measure_them(
     assert {(e.source, round(e.gpu_hours, 6)) for e in measured} == {("measured (1 runs)", 20.0)}
     with pytest.raises(ValueError, match=r"budget.gpu: B200 is not a GPU of the calibration table \(V100, A100"):
         budgeting.make_budget(sac, 4, "B200", calibration, LIMITS, tmp_path)
+
+
+def test_a_partition_whose_gpu_types_compute_in_different_dtypes_is_warned_about(tmp_path, definitions):
+    from sacglam_core.pipeline.plan import mixed_dtypes
+
+    calibration = budgeting.load_calibration(ROOT / "workflow" / "config" / "calibration.yaml", tmp_path)
+    (run, *_) = expand(definitions, ["main"], tmp_path)  # Flan-T5 with LoRA, dtype auto
+
+    def warn(types):
+        return mixed_dtypes(types, run, calibration, "gpu", "cluster.yaml")
+
+    (warning,) = warn(["a100", "tesla_v100"])
+    assert warning.startswith("partition gpu mixes GPU types with dtype: auto computing differently on them, a100 ")
+    assert "a100 (bfloat16), tesla_v100 (float16)" in warning and warning.endswith("(cluster.yaml)")
+    assert warn(["a100_80g", "H100"]) == [] and warn(["a100"]) == []  # bfloat16 on both; one type
+    assert "mystery (unknown)" in warn(["a100", "mystery"])[0]

@@ -278,6 +278,10 @@ def test_a_copied_profiles_site_options_reach_the_job(cluster, tmp_path):
     assert driver.wait(timeout=900) == 0, (tmp_path / "driver.txt").read_text()[-3000:]
     logs = "".join(path.read_text() for path in (run.directory / "slurm").glob(f"{job}_*"))
     assert "setup line ran" in logs
+    # the GRES types the dry run's mixed-partition check reads with sinfo
+    probe = "from sacglam_core.pipeline import slurm; print(sorted(slurm.gpu_types('debug')))"
+    types = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert types.stdout == "['fake']\n", types.stderr
 
 
 @pytest.mark.parametrize(
