@@ -183,7 +183,8 @@ class Plan:
             f"{k}={v}"
             for k, v in [("partition", launcher.partition), ("account", launcher.account), ("qos", launcher.qos),
                          ("constraint", launcher.constraint), ("gpus_per_node", launcher.gpus_per_node),
-                         ("time_min", launcher.time_min), ("mem_gb", launcher.mem_gb)]
+                         ("gres_type", launcher.gres_type), ("time_min", launcher.time_min),
+                         ("mem_gb", launcher.mem_gb), *launcher.sbatch_options.items()]
             if v is not None
         )  # fmt: skip
         return [f"sbatch --test-only rejected the training jobs' options ({options}; {self.cluster_file}): {message}"]
