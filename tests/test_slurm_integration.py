@@ -273,10 +273,10 @@ def test_a_copied_profiles_site_options_reach_the_job(cluster, tmp_path):
     job = wait_for(lambda: live_job(run, env), 600, "the run's job running")
     shown = slurm("scontrol", "show", "job", job, env=env)
     print(shown)
-    assert re.search(r"TresPerNode=\S*gres/gpu:fake:4", shown), shown
+    assert re.search(r"TresPerNode=\S*gres[:/]gpu:fake:4", shown), shown  # the typed GRES (SLURM 22: gres:)
     assert "Comment=sacglam-site" in shown and "MailUser=me@example.org" in shown and "MailType=END" in shown
     assert driver.wait(timeout=900) == 0, (tmp_path / "driver.txt").read_text()[-3000:]
-    logs = "".join(path.read_text() for path in (run.directory / "slurm").glob(f"{job}_*"))
+    logs = "".join(path.read_text() for path in (run.directory / "slurm").glob(f"{job}_*_log.*"))
     assert "setup line ran" in logs
     assert re.search(r"/seed0: 1,024/1,024 steps \(100%\), [\d.]+ steps/s, training success", logs)  # progress
     # the GRES types the dry run's mixed-partition check reads with sinfo
