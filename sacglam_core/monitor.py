@@ -30,6 +30,8 @@ from sacglam_core.pipeline.runstate import PROGRESS
 def duration(seconds: float) -> str:
     if seconds != seconds or seconds == float("inf"):
         return "?"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
     minutes = round(seconds / 60)
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{max(minutes, 1)} min"
 
@@ -118,11 +120,12 @@ class Monitor:
         overall = (env_steps - start_steps) / max(time.monotonic() - started, 1e-9)
         eta = (total - env_steps) / overall if overall > 0 else float("inf")
         success = counts[1] / counts[0] if counts[0] else float("nan")
+        episodes = f"training success {success:.3f} over {counts[0]:.0f} episodes" if counts[0] else "no episode ended"
         evaluation = f", evaluation {self.last_eval[1]:.3f} at {self.last_eval[0]:,}" if self.last_eval else ""
         print(
             f"{datetime.now():%Y-%m-%d %H:%M:%S} {self.name}: {env_steps:,}/{total:,} steps "
-            f"({100 * env_steps / total:.0f}%), {rate:.2f} steps/s, training success {success:.3f} over "
-            f"{counts[0]:.0f} episodes{evaluation}, ETA {duration(eta) if env_steps < total else 'done'}",
+            f"({100 * env_steps / total:.0f}%), {rate:.2f} steps/s, {episodes}{evaluation}, "
+            f"ETA {duration(eta) if env_steps < total else 'done'}",
             file=sys.stderr,
             flush=True,
         )

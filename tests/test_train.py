@@ -496,7 +496,8 @@ def test_monitoring_shows_progress_and_scalars_and_never_changes_results(tmp_pat
     assert not (out / "tensorboard").exists()
     lines = [line for line in result.stderr.splitlines() if "/384 steps (" in line]
     assert [line.split(": ", 1)[1].split(" steps")[0] for line in lines] == [f"{n}/384" for n in range(64, 385, 64)]
-    pattern = r"\d+\.\d\d steps/s, training success (\d\.\d{3}|nan) over \d+ episodes, evaluation \d\.\d{3} at 384, ETA"
+    pattern = r"\d+\.\d\d steps/s, (training success \d\.\d{3} over \d+ episodes|no episode ended), evaluation "
+    pattern += r"\d\.\d{3} at 384, ETA"
     assert re.search(pattern, lines[-1]) and lines[-1].endswith("ETA done"), lines[-1]
     progress = json.loads((out / runstate.PROGRESS).read_text())
     assert progress["env_steps"] == 384 and progress["pid"] and progress["gpus"] == 0
@@ -521,3 +522,23 @@ def test_wandb_without_the_package_fails_at_start_with_one_line(tmp_path, tiny_m
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
         f"error: {config}: monitor.wandb: offline needs wandb: pip install -e '.[wandb]'"
     ]
+
+
+@pytest.mark.slow
+def test_wandb_offline_writes_a_run_for_wandb_sync_and_the_same_metrics(tmp_path, tiny_models):
+    """With the optional extra's wandb (installed here beside the project's packages, which win)."""
+    target = tmp_path / "wandb-packages"
+    install = [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(target), "wandb==0.31.0"]
+    subprocess.run(install, check=True, capture_output=True, timeout=1800)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(f"import sys\nsys.path.append({str(target)!r})\n")
+    env = {**os.environ, "PYTHONPATH": str(hook), "WANDB_SILENT": "true"}
+    outs = {}
+    for name, monitor in {"wandb": {"wandb": "offline"}, "plain": {"tensorboard": False}}.items():
+        config = write_config(tmp_path / name / "run.yaml", tiny_models["tiny-t5"], **PPO_KL, monitor=monitor)
+        result = subprocess.run([*TRAIN, "--config", str(config)], env=env, capture_output=True, text=True, timeout=900)
+        assert result.returncode == 0, result.stderr[-3000:]
+        outs[name] = config.parent / "out"
+    assert list((outs["wandb"] / "wandb").glob("offline-run-*/run-*.wandb"))  # what `wandb sync` uploads
+    assert without_timing(rows(outs["wandb"])) == without_timing(rows(outs["plain"]))
