@@ -2,6 +2,7 @@
 never submitted, live jobs are re-attached to, a cancelled job is not resubmitted by the same invocation, signals
 detach, one driver per results folder, one squeue for all waiting runs; the trainer's command in the image."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -116,7 +117,8 @@ def test_submit_record_and_finish(setup):
     wait_for(lambda: runstate.read_job(run.directory) is not None)
     record = runstate.read_job(run.directory)
     assert fake.submitted == [run.directory] and record["name"] == launch.job_name(run.directory)
-    assert yaml_settings(run) == run.settings  # the run's configuration, written before submitting
+    # the run's configuration, written before submitting, with the workflow's monitoring
+    assert yaml_settings(run) == {**run.settings, "monitor": dataclasses.asdict(settings.monitor)}
     fake.end(record["job_id"], "COMPLETED", run.directory)
     thread.join(10)
     assert not errors and (run.directory / runstate.MARKER).exists()
