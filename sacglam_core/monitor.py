@@ -54,7 +54,7 @@ class Monitor:
         self.wandb = None
         if ranks.is_main and settings.wandb != "off":
             self.wandb = start_wandb(config, out)
-        self.start = (time.monotonic(), start_steps, start_elapsed)
+        self.start = (time.monotonic(), start_steps)  # for the ETA: this process's own pace
         self.last_line = self.last_scalars = (start_elapsed, start_steps)
         self.window = [0, 0]  # training episodes finished and succeeded since the last scalars, this rank
         self.line_window = [0, 0]  # the same since the last progress line
@@ -116,7 +116,7 @@ class Monitor:
             return
         total = self.config.total_steps
         rate = (env_steps - self.last_line[1]) / max(elapsed - self.last_line[0], 1e-9)
-        started, start_steps, _ = self.start
+        started, start_steps = self.start
         overall = (env_steps - start_steps) / max(time.monotonic() - started, 1e-9)
         eta = (total - env_steps) / overall if overall > 0 else float("inf")
         success = counts[1] / counts[0] if counts[0] else float("nan")
