@@ -84,3 +84,33 @@ def test_every_profile_experiment_and_link_exists():
             if not target.startswith(("http://", "https://")) and not (page.parent / target).exists():
                 problems.append(f"{where}: link {target}")
     assert not problems
+
+
+QUOTED_ERROR = re.compile(
+    r"`(?:error: )?(profiles/slurm/cluster\.yaml:(\d+):\s+(launcher\.\w+):\s+(.+?)\s+is\s[^`]*)`", re.S
+)
+
+
+@pytest.mark.parametrize(
+    "page, quoted", [(p, m) for p, m in shown(QUOTED_ERROR)], ids=[f"{p}:{m[3]}" for p, m in shown(QUOTED_ERROR)]
+)
+def test_a_quoted_cluster_file_error_is_what_the_example_gives(tmp_path, page, quoted):
+    """A quoted error of the cluster file is the one a copy of cluster.example.yaml gives with that value: the same
+    line, the same words."""
+    from sacglam_core.pipeline.config import WorkflowConfigError, load_workflow_config
+
+    message, line, key, value = quoted.groups()
+    leaf = key.split(".")[-1]
+    lines = (ROOT / "profiles" / "slurm" / "cluster.example.yaml").read_text().splitlines()
+    for number, text in enumerate(lines):
+        name, _, rest = text.strip().partition(":")
+        if name == leaf:
+            lines[number] = text[: text.index(name)] + f"{name}: {value}"
+        elif re.match(r"\s*<[^>]*>", rest):
+            lines[number] = text[: text.index(name)] + f"{name}: null"
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("\n".join(lines) + "\n")
+    with pytest.raises(WorkflowConfigError) as error:
+        load_workflow_config([], {"cluster_file": str(cluster)})
+    produced = str(error.value).replace(str(cluster), "profiles/slurm/cluster.yaml")
+    assert produced.startswith(" ".join(message.split())), f"{page}: quotes {message!r}, the example gives {produced!r}"

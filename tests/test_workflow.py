@@ -164,17 +164,50 @@ def test_workflow_configuration_is_validated():
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("launcher:\n  time_min: 20:00:00\n", "{path}:2: launcher.time_min: 20:00:00 is read by YAML as the base-60"),
+        (
+            "launcher:\n  time_min: 20:00:00\n",
+            "{path}:2: launcher.time_min: 20:00:00 is read by YAML as the base-60 number 72000; write plain minutes "
+            '(1200) or quote SLURM\'s HH:MM:SS ("20:00:00")',
+        ),
+        (
+            "launcher:\n  time_min: 20:00\n",  # "20:00" quoted would be 20 minutes to SLURM: not the advice
+            "{path}:2: launcher.time_min: 20:00 is read by YAML as the base-60 number 1200; write plain minutes (1200) "
+            'or quote SLURM\'s HH:MM:SS ("20:00:00") (a quoted "20:00" is 20 minutes 0 seconds to SLURM)',
+        ),
+        ("launcher:\n  gpus_per_node: true\n", "{path}: launcher.gpus_per_node: true is not a number (got True)"),
+        ("budget:\n  allocation_gpu_hours: true\n", "{path}: budget.allocation_gpu_hours: true is not a number"),
+        (
+            "launcher:\n  gpus_per_node: 0\n",
+            "{path}: launcher.gpus_per_node: 0: a SLURM run needs at least 1 GPU (one rank per GPU); 0 is for "
+            "executor: local",
+        ),
+        (
+            "launcher:\n  sbatch_options: {exclude: [node01, node02]}\n",
+            "{path}: launcher.sbatch_options: exclude: ['node01', 'node02'] is not an sbatch option's value: one "
+            'string, number or true (several nodes are one string, e.g. "node[01-02],node05")',
+        ),
+        (
+            b"launcher:\n  partition: caf\xe9\n",
+            "cluster settings file {path}:2: not UTF-8 text (byte 0xe9 at offset 26)",
+        ),
         ("", "cluster settings file {path} is empty"),
         (None, "--config: cluster_file: {path} does not exist: create it (docs/cluster.md)"),
         ("launcher:\n  partition: <your GPU partition>\n", "{path}:2: launcher.partition: <your GPU partition> is a"),
         ("launcher:\n  nodes: 2\n", "{path}: launcher.nodes: a run's ranks share one node (multi-node data"),
         ("launcher:\n  gres_type: a100:4\n", "{path}: launcher.gres_type: a GRES type is one word such as a100"),
         ("launcher:\n  sbatch_options: {time: 60}\n", "{path}: launcher.sbatch_options: time: set launcher.time_min"),
-        ("launcher:\n  sbatch_options: {job-name: x}\n", "job-name: set nothing (the launcher names the job"),
-        ("launcher:\n  sbatch_options: {exclusive: false}\n", "exclusive: false: leave the option out instead"),
-        ("launcher:\n  sbatch_options: {mail user: x}\n", "'mail user' is not an sbatch option name"),
-        ("launcher:\n  setup: module load apptainer\n", "{path}: launcher.setup: Input should be a valid tuple"),
+        (
+            "launcher:\n  sbatch_options: {job-name: x}\n",
+            "{path}: launcher.sbatch_options: job-name: set nothing (the launcher names the job",
+        ),
+        (
+            "launcher:\n  sbatch_options: {exclusive: false}\n",
+            "{path}: launcher.sbatch_options: exclusive: false: leave the option out instead",
+        ),
+        (
+            "launcher:\n  sbatch_options: {mail user: x}\n",
+            "{path}: launcher.sbatch_options: 'mail user' is not an sbatch option name",
+        ),
         ("launcher:\n  gpus_per_node: 2\n  gpus_per_node: 4\n", "{path}:3: duplicate key launcher.gpus_per_node"),
         (
             "budget:\n  allocation_gpu_hours: -5\n",
@@ -188,9 +221,20 @@ def test_workflow_configuration_is_validated():
 def test_configuration_errors_name_the_file_and_the_key(tmp_path, text, message):
     path = tmp_path / "cluster.yaml"
     if text is not None:
-        path.write_text(text)
-    with pytest.raises(WorkflowConfigError, match=re.escape(message.format(path=path))):
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(WorkflowConfigError) as error:
         load_workflow_config([], {"cluster_file": str(path)})
+    assert str(error.value).startswith(message.format(path=path)) and "\n" not in str(error.value)
+
+
+def test_null_leaves_an_option_out_and_setup_may_be_one_line(tmp_path):
+    """As the example's header says: null leaves an option out (sbatch_options' values, setup, binds too)."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text("launcher:\n  sbatch_options: {reservation: null, exclude: node01}\n  setup: null\n  binds: null\n")
+    launcher = load_workflow_config([], {"cluster_file": str(path)}).launcher
+    assert (launcher.sbatch_options, launcher.setup, launcher.binds) == ({"exclude": "node01"}, (), ())
+    path.write_text('launcher:\n  setup: "module load apptainer"\n')
+    assert load_workflow_config([], {"cluster_file": str(path)}).launcher.setup == ("module load apptainer",)
 
 
 def test_configuration_layers_and_slurm_times(tmp_path):
@@ -436,6 +480,8 @@ def test_a_driver_only_install_plans_and_dry_runs_the_paper_grid(tmp_path):
     packages = "('torch', 'transformers', 'bitsandbytes')"
     probe = f"import importlib.util as u; print([m for m in {packages} if u.find_spec(m)])"
     assert subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True).stdout == "[]\n"
+    tensorboard = [str(venv / "bin" / "tensorboard"), "--version_tb"]  # `tensorboard --logdir results` watches runs
+    assert subprocess.run(tensorboard, capture_output=True, text=True, timeout=120).stdout.strip() == "2.21.0"
     profile = copy_cluster_profile(tmp_path)
     command = [str(venv / "bin" / "snakemake"), "--nolock", "--profile", str(profile), "-n", "--config",
                f"experiments={json.dumps(PAPER)}", f"results={tmp_path / 'results'}"]  # fmt: skip

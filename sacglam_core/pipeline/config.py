@@ -74,7 +74,7 @@ class LauncherConfig:
     gpus_per_node: Annotated[int, Field(ge=0, le=16)] = 4  # ranks per run; 0 only for executor local
     gres_type: str | None = None  # the GPUs' GRES type (`sinfo -o %G`): --gres=gpu:<type>:<gpus_per_node>
     nodes: int = 1  # nodes per run: a run's ranks are one node's GPUs
-    sbatch_options: dict[str, str | int | bool] = field(default_factory=dict)  # any other sbatch option
+    sbatch_options: dict[str, str | int | float | bool] = field(default_factory=dict)  # other sbatch options
     setup: tuple[str, ...] = ()  # shell lines the job runs before the trainer (`module load apptainer`)
     cpus_per_gpu: Positive = 8
     mem_gb: Positive = 128
@@ -105,18 +105,38 @@ class LauncherConfig:
             raise ValueError("a run's ranks share one node (multi-node data parallelism is not supported): nodes: 1")
         return value
 
-    @field_validator("sbatch_options")
+    @field_validator("sbatch_options", mode="before")
     @classmethod
     def _sbatch_options(cls, value):
-        for key in value:
-            flag = key.strip().lstrip("-").replace("_", "-")
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            return value  # pydantic's own message: a mapping is expected
+        options = {}
+        for key, option in value.items():
+            flag = str(key).strip().lstrip("-").replace("_", "-")
             if flag in OWNED_SBATCH_OPTIONS:
                 raise ValueError(f"{key}: set {OWNED_SBATCH_OPTIONS[flag]} instead (the launcher sets --{flag})")
             if not SBATCH_FLAG.match(flag):
                 raise ValueError(f"{key!r} is not an sbatch option name (reservation, exclude, mail-user...)")
-            if value[key] is False:
+            if option is False:
                 raise ValueError(f"{key}: false: leave the option out instead (true gives --{flag})")
-        return {key.strip().lstrip("-").replace("-", "_"): option for key, option in value.items()}
+            if option is not None and not isinstance(option, (str, int, float)):
+                raise ValueError(
+                    f"{key}: {option!r} is not an sbatch option's value: one string, number or true "
+                    f'(several nodes are one string, e.g. "node[01-02],node05")'
+                )
+            if option is not None:  # null leaves the option out, as everywhere in the cluster file
+                options[flag.replace("-", "_")] = option
+        return options
+
+    @field_validator("setup", "binds", mode="before")
+    @classmethod
+    def _lines(cls, value):
+        """null is none; one string is its lines (`setup: module load apptainer`)."""
+        if value is None:
+            return ()
+        return tuple(line for line in value.splitlines() if line.strip()) if isinstance(value, str) else value
 
     @property
     def ranks(self) -> int:
@@ -199,7 +219,8 @@ def parse_layers(layers: list[Layer]) -> WorkflowConfig:
         for e in error.errors():
             keys = [str(k) for k in e["loc"]]
             message = e["msg"].removeprefix("Value error, ")
-            problems.append(f"{_origin(layers, keys)}: {'.'.join(keys)}: {message} (got {e.get('input')!r})")
+            got = "" if isinstance(e.get("input"), dict) else f" (got {e.get('input')!r})"  # the message names it
+            problems.append(f"{_origin(layers, keys)}: {'.'.join(keys)}: {message}{got}")
         raise WorkflowConfigError("; ".join(problems)) from None
     except TypeError as error:
         raise WorkflowConfigError(f"{' / '.join(w for w, _ in layers)}: {error}") from None
@@ -209,6 +230,11 @@ def parse_layers(layers: list[Layer]) -> WorkflowConfig:
 
 def _check_coherence(config: WorkflowConfig, layers: list[Layer]) -> None:
     launcher = config.launcher
+    if launcher.executor == "slurm" and launcher.gpus_per_node < 1:
+        raise WorkflowConfigError(
+            f"{_origin(layers, ['launcher', 'gpus_per_node'])}: launcher.gpus_per_node: {launcher.gpus_per_node}: a "
+            "SLURM run needs at least 1 GPU (one rank per GPU); 0 is for executor: local"
+        )
     if launcher.signal_delay_s >= launcher.time_min * 60:
         raise WorkflowConfigError(
             f"{_origin(layers, ['launcher', 'signal_delay_s'])}: launcher.signal_delay_s={launcher.signal_delay_s} "

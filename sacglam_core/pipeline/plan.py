@@ -127,10 +127,6 @@ class Plan:
                     f"{self.cluster_file}: launcher.partition is not set; SLURM would use its default partition "
                     f"(`sinfo -s` lists them)"
                 )
-            if launcher.gpus_per_node < 1:
-                problems.append(
-                    f"{self.cluster_file}: launcher.gpus_per_node must be at least 1 on SLURM (one rank per GPU)"
-                )
             if not slurm.available():
                 problems.append(
                     "launcher.executor is slurm but sbatch, squeue or sacct is not on PATH: run this on the "

@@ -44,17 +44,35 @@ def _check(node: yaml.Node, where: str, keys: tuple[str, ...] = ()) -> None:
     elif node.tag in NUMBER_TAGS and SEXAGESIMAL.match(str(node.value)):
         raise YamlFileError(
             f"{where}:{node.start_mark.line + 1}: {'.'.join(keys)}: {node.value} is read by YAML as the base-60 "
-            f'number {yaml.safe_load(node.value)}; write plain minutes or quote it ("{node.value}")'
+            f"number {yaml.safe_load(node.value)}; {_time_advice(str(node.value))}"
         )
+
+
+def _time_advice(value: str) -> str:
+    """How to write the time `value` meant: plain minutes, or SLURM's HH:MM:SS quoted. A quoted "20:00" would be
+    20 minutes to SLURM (MM:SS), so a two-part value is taken as the hours and minutes it most likely means."""
+    parts = value.lstrip("+").replace("_", "").split(":")
+    if len(parts) not in (2, 3) or not all(part.isdigit() for part in parts):
+        return "write plain minutes"
+    hours, minutes, seconds = (int(part) for part in (parts + ["0"])[:3])
+    total = hours * 60 + minutes + (seconds + 59) // 60
+    advice = f'write plain minutes ({total}) or quote SLURM\'s HH:MM:SS ("{hours}:{minutes:02d}:{seconds:02d}")'
+    return advice + (f' (a quoted "{value}" is {hours} minutes {minutes} seconds to SLURM)' if len(parts) == 2 else "")
 
 
 def load(path: str | Path, what: str = "YAML file") -> dict:
     """The YAML mapping in `path`; `what` says what the file is for, in messages."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise YamlFileError(f"{what} {path} does not exist") from None
+    except UnicodeDecodeError as error:
+        line = error.object[: error.start].count(b"\n") + 1
+        raise YamlFileError(
+            f"{what} {path}:{line}: not UTF-8 text (byte {error.object[error.start]:#04x} at offset {error.start}); "
+            "save it as UTF-8"
+        ) from None
     except OSError as error:
         raise YamlFileError(f"cannot read {what} {path}: {error.strerror}") from None
     loader = yaml.SafeLoader(text)
