@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 LEASE_FILE = "lease"
+RETRY_S = 1.0  # how long `acquire` retries a held lease: `holder()` takes it shared for a moment to look
 
 
 class LeaseHeldError(RuntimeError):
@@ -31,15 +32,22 @@ def _describe(record: dict | None) -> str:
     if not record:
         return "another process (no record yet)"
     job = f", SLURM job {record['slurm_job_id']}" if record.get("slurm_job_id") else ""
-    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.get("time", 0)))
-    return f"pid {record.get('pid')} on {record.get('host')}{job}, since {since}"
+    return f"pid {record.get('pid')} on {record.get('host')}{job}, since {since(record, '%Y-%m-%d %H:%M:%S')}"
+
+
+def since(record: dict, form: str) -> str:
+    """When the holder took the lease, by its record ("?" where the record says no time)."""
+    taken = record.get("time")
+    valid = isinstance(taken, (int, float)) and not isinstance(taken, bool) and 0 <= taken < 1e11
+    return time.strftime(form, time.localtime(taken)) if valid else "?"
 
 
 def _read_record(path: Path) -> dict | None:
     try:
-        return json.loads(path.read_text() or "null")
+        record = json.loads(path.read_text() or "null")
     except (OSError, ValueError):
         return None  # being written, or never written
+    return record if isinstance(record, dict) else None
 
 
 class RunLease:
@@ -50,15 +58,22 @@ class RunLease:
         self._fd: int | None = None
 
     def acquire(self) -> None:
+        """Take the lease, or raise LeaseHeldError naming the process that keeps it for RETRY_S."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise LeaseHeldError(
-                f"{self.path.parent} is in use by {_describe(_read_record(self.path))}; one trainer per run directory"
-            ) from None
+        deadline = time.monotonic() + RETRY_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    other = _describe(_read_record(self.path))
+                    raise LeaseHeldError(
+                        f"{self.path.parent} is in use by {other}; one trainer per run directory"
+                    ) from None
+            time.sleep(0.05)
         record = {
             "host": socket.gethostname(),
             "pid": os.getpid(),

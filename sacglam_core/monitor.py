@@ -6,9 +6,17 @@ Nothing here draws a random number or touches the model: a run gives the same me
 TensorBoard's scalars, with the environment step as their step:
 - `train/...` every `monitor.scalars_every_steps`: the means since the last point of the algorithm's statistics
   (SAC: critic_loss, actor_loss, entropy, target_policy_entropy, mean_q, q_range, and alpha; PPO: policy_loss,
-  value_loss, entropy, approx_kl, clipfrac, kl), `success` of the training episodes finished since the last point,
-  `env_steps_per_s` and `updates`;
+  value_loss, entropy, approx_kl, clipfrac, kl), `her_share` with HER, `success` of the training episodes finished
+  since the last point, `env_steps_per_s` and `updates`;
 - `eval/...` at each evaluation: the columns of metrics.csv that start with `eval_`.
+
+A run killed and started again shows in TensorBoard what an uninterrupted run shows, but for env_steps_per_s:
+checkpoints carry the monitor's state, a resumed run hides the points the killed process wrote after the checkpoint
+(it writes them again) and a fresh start removes the event files of killed earlier ones (metrics.csv starts afresh
+too). W&B ignores a step at or below the last one it logged, so after a restart it keeps the killed process's points
+up to the step where it was killed and the new process's beyond it. Runs being deterministic, those are the points
+the new process would have logged again, but for env_steps_per_s and for a point the killed process had not logged
+yet at that step (an evaluation after that step's training scalars).
 """
 
 from __future__ import annotations
@@ -39,7 +47,18 @@ def duration(seconds: float) -> str:
 class Monitor:
     """Rank 0's view of the run; every rank calls it (the training success is summed over ranks)."""
 
-    def __init__(self, config: RunConfig, out: Path, ranks, gpus: int, start_steps: int, start_elapsed: float) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        out: Path,
+        ranks,
+        gpus: int,
+        start_steps: int,
+        start_elapsed: float,
+        resumed: dict | None,
+    ) -> None:
+        """`resumed`: this rank's `state_dict` in the checkpoint the run resumed from ({} in a checkpoint from before
+        it was kept), None on a fresh start."""
         settings = config.monitor
         self.config, self.out, self.ranks, self.gpus = config, out, ranks, gpus
         self.name = f"{out.parent.name}/{out.name}"
@@ -47,10 +66,7 @@ class Monitor:
         self.scalars_every = settings.scalars_every_steps or max(config.total_steps // 200, 1)
         self.writers: list = []
         if ranks.is_main and settings.tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            # purge_step: a resumed run hides what the killed process wrote after its last checkpoint
-            self.writers.append(SummaryWriter(str(out / "tensorboard"), purge_step=start_steps or None))
+            self.writers.append(tensorboard_writer(out / "tensorboard", None if resumed is None else start_steps))
         self.wandb = None
         if ranks.is_main and settings.wandb != "off":
             self.wandb = start_wandb(config, out)
@@ -59,6 +75,8 @@ class Monitor:
         self.window = [0, 0]  # training episodes finished and succeeded since the last scalars, this rank
         self.line_window = [0, 0]  # the same since the last progress line
         self.last_eval: tuple[int, float] | None = None
+        if resumed:
+            self.load_state_dict(resumed)
 
     def episodes(self, finished: int, succeeded: int) -> None:
         self.window[0] += finished
@@ -72,6 +90,8 @@ class Monitor:
             return
         finished, succeeded = self.ranks.sum([float(n) for n in self.window])
         stats = algo.recent_stats()
+        if not self.config.her.enabled:
+            stats.pop("her_share", None)  # 0 without HER; metrics.csv keeps its column
         stats["env_steps_per_s"] = (env_steps - self.last_scalars[1]) / max(elapsed - self.last_scalars[0], 1e-9)
         stats["success"] = succeeded / finished if finished else float("nan")
         self._write("train", stats, env_steps)
@@ -93,6 +113,21 @@ class Monitor:
         self.last_eval = (row["env_steps"], row["eval_success"])
         values = {key.removeprefix("eval_"): value for key, value in row.items() if key.startswith("eval_")}
         self._write("eval", values, row["env_steps"])
+
+    def state_dict(self) -> dict:
+        """What a resumed run needs to show what an uninterrupted one would: the windows and the last points."""
+        return {
+            "window": list(self.window),
+            "line_window": list(self.line_window),
+            "last_scalars": list(self.last_scalars),
+            "last_line": list(self.last_line),
+            "last_eval": None if self.last_eval is None else list(self.last_eval),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.window, self.line_window = list(state["window"]), list(state["line_window"])
+        self.last_scalars, self.last_line = tuple(state["last_scalars"]), tuple(state["last_line"])
+        self.last_eval = None if state["last_eval"] is None else tuple(state["last_eval"])
 
     def close(self) -> None:
         for writer in self.writers:
@@ -137,6 +172,20 @@ class Monitor:
             "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "world": self.ranks.world,
         }  # fmt: skip
         atomic_write(self.out / PROGRESS, json.dumps(record, indent=1).encode())
+
+
+def tensorboard_writer(folder: Path, resumed_at: int | None):
+    """A writer into `folder` that hides what killed processes wrote: past the checkpoint a run resumed from (at step
+    `resumed_at`), or everything on a fresh start."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    if resumed_at is None:
+        for path in folder.glob("events.out.tfevents.*"):
+            path.unlink()
+        return SummaryWriter(str(folder))
+    # purge_step hides steps >= it, and the points at the checkpoint's step came before the checkpoint; steps advance
+    # by num_envs, so nothing the resumed run writes is below resumed_at + 1
+    return SummaryWriter(str(folder), purge_step=resumed_at + 1)
 
 
 def start_wandb(config: RunConfig, out: Path):

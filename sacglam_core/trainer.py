@@ -145,8 +145,8 @@ class Trainer:
             atomic_write(self.out / "config.yaml", dump_config(self.config).encode())
         resumed = self._resume()
         gpus = self.ranks.world if self.agent.lm.device.type == "cuda" else 0
-        self.monitor = Monitor(self.config, self.out, self.ranks, gpus, self.env_steps, self.elapsed)
-        if not resumed:
+        self.monitor = Monitor(self.config, self.out, self.ranks, gpus, self.env_steps, self.elapsed, resumed)
+        if resumed is None:
             self.recorder.reset(infos["goal"], obs, infos["possible_actions"])
             if self.ranks.is_main:
                 self.metrics.restore([])
@@ -316,6 +316,7 @@ class Trainer:
             "generator": self.generator.get_state(),
             "torch_rng": torch.get_rng_state(),
             "window": list(self.window),
+            "monitor": self.monitor.state_dict(),
         }
         self.checkpoints.save(self.env_steps, shared, local)
         self._saved_at = self.env_steps
@@ -346,9 +347,11 @@ class Trainer:
             )
         return loaded
 
-    def _resume(self) -> bool:
+    def _resume(self) -> dict | None:
+        """Load the checkpoint found at start, if any; its monitor state for this rank ({} in a checkpoint from before
+        it was kept), None without a checkpoint."""
         if self._checkpoint is None:
-            return False
+            return None
         (shared, local), self._checkpoint = self._checkpoint, None
         self.agent.load_mutable_state_dict(shared["agent"])
         self.algo.load_state_dict(shared["algo"])
@@ -374,4 +377,4 @@ class Trainer:
             self.metrics.restore(counters["metrics_rows"])
         self._saved_at = self.env_steps
         print(f"{self.out}: resumed at {self.env_steps} environment steps", file=sys.stderr)
-        return True
+        return local.get("monitor", {})

@@ -3,12 +3,14 @@ partially done runs, attempts per run, hours already spent and the allocation gu
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
 from sacglam_core.pipeline import budget as budgeting
+from sacglam_core.pipeline import runstate
 from sacglam_core.pipeline.experiments import Run, expand, load_definitions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,6 +101,31 @@ def test_partial_finished_and_measured_runs(tmp_path, definitions):
     assert states[sac[2].directory].gpu_hours == pytest.approx(40)
     # already spent: the finished run as measured, the checkpointed quarter of the other at the measured rate
     assert budget.spent_finished == pytest.approx(40) and budget.spent_partial == pytest.approx(10)
+
+
+@pytest.mark.parametrize(
+    "damage", [{"wall_seconds": "x"}, {"gpus": "four"}, {"env_steps": None}, {"wall_seconds": -1.0}, "[3600]", "{"]
+)
+def test_a_damaged_finished_run_measures_nothing_and_is_still_finished(tmp_path, definitions, damage):
+    """A damaged done.json beside a good one: the budget measures the good one only; the damaged run is finished (a
+    mapping: the driver writes its marker only) or refuses the launch (not a mapping)."""
+    runs = expand(definitions, ["main"], tmp_path)
+    sac = [r for r in runs if r.variant == "SAC-GLAM"]
+    finish(sac[0], hours=10)
+    finish(sac[1], hours=5)
+    done = sac[1].directory / "done.json"
+    summary = json.loads(done.read_text())
+    done.write_text(damage if isinstance(damage, str) else json.dumps({**summary, **damage}))
+    if isinstance(damage, dict):
+        budget = make(sac, tmp_path)
+        states = {e.run.directory: e for e in budget.estimates}
+        assert states[sac[1].directory].status == "finished" and states[sac[1].directory].gpu_hours == 0
+        assert states[sac[2].directory].source == "measured (1 runs)"
+        assert budget.spent_finished == pytest.approx(40)
+    else:
+        with pytest.raises(runstate.RunStateError, match=f"{re.escape(str(done))} (exists but|does not hold)"):
+            make(sac, tmp_path)
+        assert make(sac[2:], tmp_path).spent_finished == pytest.approx(40)
 
 
 def test_attempts_per_run_follow_the_time_limit(tmp_path, definitions):

@@ -63,3 +63,44 @@ def test_no_lease_file_means_no_holder(tmp_path):
     started = time.time()
     with RunLease(tmp_path / "new" / "run") as lease:
         assert lease.path.exists() and holder(tmp_path / "new" / "run")["time"] >= started - 1
+
+
+LOOK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+print("looking", flush=True)
+time.sleep(0.5)
+"""
+
+
+def test_a_look_at_the_lease_does_not_refuse_a_trainer_starting_meanwhile(tmp_path):
+    """`holder()` takes the lease shared for a moment (status, the driver): a trainer that starts then waits for the
+    look to end instead of being refused as if the lease were held."""
+    lease = RunLease(tmp_path / "run")
+    lease.path.parent.mkdir()
+    lease.path.touch()
+    looking = subprocess.Popen([sys.executable, "-c", LOOK, str(lease.path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert looking.stdout.readline().strip() == "looking"
+        started = time.monotonic()
+        lease.acquire()
+        assert time.monotonic() - started > 0.05  # it waited for the look to end
+        assert holder(tmp_path / "run")["pid"] == os.getpid()
+    finally:
+        looking.kill()
+        looking.wait()
+        lease.release()
+
+
+def test_a_hand_edited_record_still_names_the_holder(tmp_path):
+    """A record whose time is not a number (edited by hand, or by another tool) must not turn the refusal into a
+    traceback: the holder is named, its start is "?"."""
+    first = RunLease(tmp_path / "run")
+    first.acquire()
+    first.path.write_text('{"pid": 4242, "host": "node12", "time": "yesterday"}')
+    try:
+        with pytest.raises(LeaseHeldError, match="in use by pid 4242 on node12, since \\?; one trainer"):
+            RunLease(tmp_path / "run").acquire()
+    finally:
+        first.release()

@@ -236,11 +236,15 @@ class SAC:
 
     def pop_stats(self) -> dict[str, float]:
         """Means since the last call, with the current alpha and HER share."""
-        return self.stats.pop() | {"alpha": self.alpha, "her_share": self.buffer.her_share(), "updates": self.updates}
+        return self.stats.pop() | self._current_stats()
 
     def recent_stats(self) -> dict[str, float]:
-        """Means since the last call (the monitor's), with the current alpha; leaves them to `pop_stats`."""
-        return self.stats.unseen() | {"alpha": self.alpha, "updates": self.updates}
+        """Means since the last call (the monitor's), with the current alpha and HER share; leaves them to
+        `pop_stats`."""
+        return self.stats.unseen() | self._current_stats()
+
+    def _current_stats(self) -> dict[str, float]:
+        return {"alpha": self.alpha, "her_share": self.buffer.her_share(), "updates": self.updates}
 
     # -- checkpointing ---------------------------------------------------------------------------
     def state_dict(self) -> dict:

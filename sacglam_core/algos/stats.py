@@ -36,9 +36,11 @@ class UpdateStats:
         self._shown = {k: len(v) for k, v in self._values.items()}
         return means
 
-    def state_dict(self) -> dict[str, list[float]]:
-        return {k: [float(x) for x in v] for k, v in self._values.items()}
+    def state_dict(self) -> dict[str, dict]:
+        return {"values": {k: [float(x) for x in v] for k, v in self._values.items()}, "shown": dict(self._shown)}
 
-    def load_state_dict(self, state: dict[str, list[float]]) -> None:
-        self._values = defaultdict(list, {k: list(v) for k, v in state.items()})
-        self._shown = {k: len(v) for k, v in self._values.items()}
+    def load_state_dict(self, state: dict[str, dict]) -> None:
+        if "shown" not in state:  # a checkpoint from before `shown` was kept holds the values alone
+            state = {"values": state, "shown": {k: len(v) for k, v in state.items()}}
+        self._values = defaultdict(list, {k: list(v) for k, v in state["values"].items()})
+        self._shown = dict(state["shown"])

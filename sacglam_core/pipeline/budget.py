@@ -163,20 +163,20 @@ class FinishedRun:
 
 
 def finished_runs(results: str | Path, calibration: Calibration) -> list[FinishedRun]:
-    """Every finished run under `results` with the configuration it ran (unreadable ones are skipped), keyed by
-    the calibration table's type of the GPU it ran on."""
+    """Every finished run under `results` with the configuration it ran (damaged ones are skipped: `status` names
+    them), keyed by the calibration table's type of the GPU it ran on."""
     out = []
     for done in sorted(Path(results).glob(f"*/*/seed*/{runstate.DONE}")):
         try:
-            summary = runstate.finished(done.parent) or {}
+            summary = runstate.summary(done.parent)
             config = load_config(done.parent / "config.yaml")
         except (runstate.RunStateError, ConfigError):
             continue  # a foreign or broken run does not calibrate anything
-        gpus = int(summary.get("gpus") or 0)
-        key = calibration_key(config, calibration.gpu_type(summary.get("gpu_name")) if gpus else "cpu")
-        out.append(
-            FinishedRun(done.parent, key, int(summary.get("env_steps", 0)), gpus, summary["wall_seconds"] / 3600)
-        )
+        if summary is None:
+            continue  # removed meanwhile
+        gpu = calibration.gpu_type(summary.gpu_name) if summary.gpus else "cpu"
+        key = calibration_key(config, gpu)
+        out.append(FinishedRun(done.parent, key, summary.env_steps, summary.gpus, summary.wall_seconds / 3600))
     return out
 
 
@@ -248,14 +248,9 @@ def estimate(
     for run in runs:
         rate, source = calibration.rate(run.config, gpu)
         total = run.config.total_steps
+        status = runstate.next_launch(run.directory, run.directory in queued)
         progress = runstate.progress(run.directory)
-        done = progress.steps if progress else 0
-        if runstate.finished(run.directory) is not None:
-            status, done = "finished", total
-        elif run.directory in queued:
-            status = "in queue"
-        else:
-            status = "resumes" if done else "new"
+        done = total if status == "finished" else progress.steps if progress else 0
         out.append(Estimate(run, status, max(total - done, 0), gpus, rate, source))
     return out
 

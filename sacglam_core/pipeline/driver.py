@@ -34,7 +34,7 @@ from pathlib import Path
 
 from sacglam_core import EXIT_PREEMPTED
 from sacglam_core.atomic import write_text
-from sacglam_core.lease import LeaseHeldError, RunLease, holder
+from sacglam_core.lease import LeaseHeldError, RunLease, holder, since
 from sacglam_core.pipeline import runstate, slurm
 from sacglam_core.pipeline.config import WorkflowConfig
 from sacglam_core.pipeline.experiments import Run
@@ -173,7 +173,6 @@ class Driver:
             lease.acquire()
         except LeaseHeldError:
             other = holder(directory) or {}
-            since = datetime.fromtimestamp(other.get("time", 0)).strftime("%Y-%m-%d %H:%M")
             stopping = (
                 "its SLURM jobs keep running and this command re-attaches to them"
                 if self.on_slurm
@@ -181,7 +180,7 @@ class Driver:
             )
             raise DriverError(
                 f"another Snakemake drives {self.results} (pid {other.get('pid')} on {other.get('host')}, since "
-                f"{since}); wait for it, or stop it (kill {other.get('pid')}: {stopping})"
+                f"{since(other, '%Y-%m-%d %H:%M')}); wait for it, or stop it (kill {other.get('pid')}: {stopping})"
             ) from None
         self._lease = lease
 

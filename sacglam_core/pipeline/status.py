@@ -1,5 +1,6 @@
 """A campaign's state, run by run, from the files the runs and the driver write; it changes nothing (no SLURM
-command but `squeue`, no lock taken), so it works while the driver runs or after it has gone.
+command but `squeue`; no lock but the shared flock it takes for a moment on a run's lease to see whether a trainer
+holds it, as the driver does), so it works while the driver runs or after it has gone.
 
     python -m sacglam_core.pipeline.status --profile profiles/slurm            # the profile's experiments
     python -m sacglam_core.pipeline.status --profile profiles/local mini smoke  # these experiments
@@ -7,17 +8,15 @@ command but `squeue`, no lock taken), so it works while the driver runs or after
 
 Each run is `finished`, `running` (steps done, steps/s, job id, ETA), `queued` (its SLURM job waits), `stopped`
 (checkpointed, no live job: the next launch resumes it), `failed` (its job ended before the run finished: its
-last error line), or `not started`; then the totals per experiment, GPU-hours spent included (finished runs as
+last error line), `damaged` (a file of it cannot be read: which, the key and the value, and what the next launch
+does about it) or `not started`; then the totals per experiment, GPU-hours spent included (finished runs as
 measured, unfinished ones from their progress).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
-import socket
 import sys
 import time
 from collections import Counter, defaultdict
@@ -26,13 +25,22 @@ from pathlib import Path
 
 import yaml
 
-from sacglam_core.lease import LEASE_FILE
+from sacglam_core.lease import LEASE_FILE, holder
+from sacglam_core.monitor import duration
 from sacglam_core.pipeline import runstate, slurm, yamlfile
-from sacglam_core.pipeline.config import WorkflowConfig, WorkflowConfigError, load_workflow_config
+from sacglam_core.pipeline.config import DEFAULTS, WorkflowConfig, WorkflowConfigError, load_workflow_config
 from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load_definitions
 
 EXCEPTION = re.compile(r"^[\w.]*(Error|Exception|Interrupt)\b")  # a traceback's last line
-STATES = ("finished", "running", "queued", "stopped", "failed", "not started")
+STATES = ("finished", "running", "queued", "stopped", "failed", "damaged", "not started")
+# What the next launch does with a run, by runstate.next_launch's word (the budget's), and `refuses`
+NEXT = {
+    "new": "the next launch starts it",
+    "resumes": "the next launch resumes it from its last checkpoint",
+    "in queue": "the next launch re-attaches to its job",
+    "finished": "the next launch trains nothing",
+    "refuses": "the next launch refuses to start, for every run, until this is repaired",
+}
 
 
 @dataclass(frozen=True)
@@ -41,29 +49,11 @@ class RunStatus:
     state: str
     steps: int
     total: int
+    next_launch: str  # what the next launch does with it: a key of NEXT
     steps_per_s: float | None = None
     job: str = ""
     gpu_hours: float = 0.0
     note: str = ""
-
-
-def read_json(path: Path) -> dict | None:
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def alive(record: dict | None) -> bool:
-    """Whether the process of a lease record still runs (only checkable on its own host)."""
-    if not record or record.get("host") != socket.gethostname() or not record.get("pid"):
-        return False
-    try:
-        os.kill(int(record["pid"]), 0)
-    except (OSError, ValueError):
-        return False
-    return True
 
 
 def last_error(run_dir: Path, job_id: str) -> str:
@@ -81,46 +71,88 @@ def last_error(run_dir: Path, job_id: str) -> str:
     return ""
 
 
+def next_launch(run_dir: Path, queued: bool) -> str:
+    """What the next launch does with the run: nothing once its marker exists (Snakemake plans no train job), else
+    what the budget says (runstate.next_launch), or `refuses` to start while its done.json cannot be read."""
+    if (run_dir / runstate.MARKER).exists():
+        return "finished"
+    try:
+        return runstate.next_launch(run_dir, queued)
+    except runstate.RunStateError:
+        return "refuses"
+
+
+def _read(reader, run_dir: Path, problems: list[str]):
+    """`reader(run_dir)`, or None with what is wrong added to `problems`."""
+    try:
+        return reader(run_dir)
+    except runstate.RunStateError as error:
+        problems.append(str(error))
+        return None
+
+
 def status_of(run: Run, queue: dict[str, tuple[str, str]] | None) -> RunStatus:
     """One run's state; `queue` is squeue's (None where SLURM is not reachable)."""
     directory, total = run.directory, run.config.total_steps
-    summary = read_json(directory / runstate.DONE)
-    if summary is not None:
-        hours = summary.get("wall_seconds", 0) / 3600
-        gpus = int(summary.get("gpus") or 0)
-        return RunStatus(run, "finished", total, total, gpu_hours=hours * gpus, job=_job_id(directory),
-                         note=f"final success {summary.get('eval_success', float('nan')):.3f}")  # fmt: skip
-    progress = read_json(directory / runstate.PROGRESS) or {}
-    checkpoint = runstate.progress(directory)
-    steps = max(int(progress.get("env_steps", 0)), checkpoint.steps if checkpoint else 0)
-    gpu_hours = progress.get("wall_seconds", 0) / 3600 * int(progress.get("gpus") or 0)
-    record = runstate.read_job(directory) or {}
-    job_id = str(record.get("job_id", ""))
+    problems: list[str] = []
+    record = _read(runstate.job_record, directory, problems) or {}
+    job_id = record.get("job_id", "")
     state = queue.get(job_id, ("", ""))[0] if queue is not None and job_id else ""
-    lease = read_json(directory / LEASE_FILE)
-    if state == "RUNNING" or (not state and alive(lease)):
-        rate = progress.get("steps_per_s")
-        eta = progress.get("eta_s")
-        note = f"ETA {eta / 60:.0f} min" if eta is not None else ""
-        if progress.get("time"):
-            note += f"{', ' if note else ''}last progress {(time.time() - progress['time']) / 60:.0f} min ago"
-        return RunStatus(run, "running", steps, total, rate, job_id or f"pid {lease.get('pid')}", gpu_hours, note)
+    upcoming = next_launch(directory, state in slurm.LIVE)
+    if (directory / runstate.DONE).exists() or upcoming == "finished":
+        if not (directory / runstate.DONE).exists():
+            problems.append(f"{directory / runstate.MARKER} exists without {runstate.DONE}; {runstate.REBUILD}")
+        summary = _read(runstate.summary, directory, problems)
+        if summary is not None and not problems:
+            success = f"final success {summary.eval_success:.3f}" if summary.eval_success is not None else ""
+            hours = summary.wall_seconds / 3600 * summary.gpus
+            return RunStatus(
+                run, "finished", total, total, upcoming, job=job_id or "local", gpu_hours=hours, note=success
+            )
+        checkpoint = runstate.progress(directory)
+        steps = total if upcoming == "finished" else checkpoint.steps if checkpoint else 0
+        return _damaged(run, steps, upcoming, job_id, 0.0, problems)
+    line = _read(runstate.progress_line, directory, problems)
+    checkpoint = runstate.progress(directory, problems)
+    steps = max(line.env_steps if line else 0, checkpoint.steps if checkpoint else 0)
+    gpu_hours = line.wall_seconds / 3600 * line.gpus if line else 0.0
+    trainer = holder(directory)  # the lease's flock, as the driver judges it: never a pid that may be reused
+    if state == "RUNNING" or (not state and trainer is not None):
+        notes = [f"ETA {duration(line.eta_s)}"] if line and line.eta_s is not None else []
+        if line and line.time is not None:
+            notes.append(f"last progress {duration(max(time.time() - line.time, 0))} ago")
+        job = job_id or _holder_pid(directory, trainer or {}, problems)
+        rate = line.steps_per_s if line else None
+        note = "; ".join(filter(None, [", ".join(notes), *problems]))
+        return RunStatus(run, "running", steps, total, upcoming, rate, job, gpu_hours, note)
     if state in slurm.LIVE:
-        return RunStatus(run, "queued", steps, total, job=job_id, gpu_hours=gpu_hours, note=state)
+        return RunStatus(run, "queued", steps, total, upcoming, job=job_id, gpu_hours=gpu_hours,
+                         note="; ".join([state, *problems]))  # fmt: skip
+    if problems:
+        return _damaged(run, steps, upcoming, job_id, gpu_hours, problems)
     ended = record.get("ended") or ""
     if job_id and ((ended and ended != "COMPLETED") or (queue is not None and not state and not steps)):
-        return RunStatus(run, "failed", steps, total, job=job_id, gpu_hours=gpu_hours,
+        return RunStatus(run, "failed", steps, total, upcoming, job=job_id, gpu_hours=gpu_hours,
                          note=f"{ended or 'ended'}: {last_error(directory, job_id)}")  # fmt: skip
     if steps:
-        return RunStatus(
-            run, "stopped", steps, total, job=job_id, gpu_hours=gpu_hours, note="resumes at the next launch"
-        )
-    return RunStatus(run, "not started", 0, total)
+        return RunStatus(run, "stopped", steps, total, upcoming, job=job_id, gpu_hours=gpu_hours, note=NEXT[upcoming])
+    return RunStatus(run, "not started", 0, total, upcoming)
 
 
-def _job_id(directory: Path) -> str:
-    record = runstate.read_job(directory)
-    return str(record["job_id"]) if record else "local"
+def _holder_pid(run_dir: Path, record: dict, problems: list[str]) -> str:
+    """`pid <n>` of the lease's holder, from its record (being written: none yet)."""
+    try:
+        pid = runstate.value(run_dir / LEASE_FILE, record, "pid", int, None)
+    except runstate.RunStateError as error:
+        problems.append(str(error))
+        pid = None
+    return f"pid {pid}" if pid is not None else "lease held"
+
+
+def _damaged(run: Run, steps: int, upcoming: str, job: str, gpu_hours: float, problems: list[str]) -> RunStatus:
+    """A run with damaged files: what is wrong with each, then what the next launch does about it."""
+    note = "; ".join([*problems, NEXT[upcoming]])
+    return RunStatus(run, "damaged", steps, run.config.total_steps, upcoming, job=job, gpu_hours=gpu_hours, note=note)
 
 
 def report(statuses: list[RunStatus], results: str) -> str:
@@ -143,15 +175,30 @@ def report(statuses: list[RunStatus], results: str) -> str:
     return "\n".join(out)
 
 
-def settings_of(profile: str, overrides: dict) -> WorkflowConfig:
-    """The workflow's settings as `snakemake --profile <profile>` reads them (its configfile, then its cluster
-    file)."""
+def profile_files(profile: str) -> list[str]:
+    """The settings files `snakemake --profile <profile>` reads (its configfile, relative to the profile)."""
     profile_dir = Path(profile)
     raw = yamlfile.load(profile_dir / "config.yaml", "Snakemake profile")
     configfiles = raw.get("configfile") or []
     configfiles = [configfiles] if isinstance(configfiles, str) else configfiles
-    resolved = [str(profile_dir / f) if (profile_dir / f).exists() else f for f in configfiles]
-    return load_workflow_config(resolved, overrides)
+    return [str(profile_dir / f) if (profile_dir / f).exists() else f for f in configfiles]
+
+
+def settings_of(profile: str, overrides: dict) -> WorkflowConfig:
+    """The workflow's settings as `snakemake --profile <profile>` reads them (its configfile, then its cluster
+    file)."""
+    return load_workflow_config(profile_files(profile), overrides)
+
+
+def results_origin(args: argparse.Namespace, overrides: dict, settings: WorkflowConfig) -> str:
+    """Where the results folder's path comes from: an option, else the settings file that sets it last (the cluster
+    file, the profile's, else the workflow's defaults)."""
+    if args.results:
+        return "--results"
+    if "results" in overrides:
+        return "--config"
+    files = [*profile_files(args.profile), *([settings.cluster_file] if settings.cluster_file else [])]
+    return next((f for f in reversed(files) if "results" in yamlfile.load(f)), str(DEFAULTS))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,9 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", help="the results folder (default: the profile's)")
     parser.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE", help="as Snakemake's --config")
     args = parser.parse_args(argv)
-    overrides = {key: yaml.safe_load(value) for key, _, value in (item.partition("=") for item in args.config)}
-    if args.experiments:
-        overrides["experiments"] = args.experiments
+    # --config takes every word after it: those without "=" are the experiments that followed it
+    config = [item for item in args.config if "=" in item]
+    experiments = [*args.experiments, *(item for item in args.config if "=" not in item)]
+    overrides = {key: yaml.safe_load(value) for key, _, value in (item.partition("=") for item in config)}
+    if experiments:
+        overrides["experiments"] = experiments
     if args.results:
         overrides["results"] = args.results
     try:
@@ -175,6 +225,11 @@ def main(argv: list[str] | None = None) -> int:
         runs = expand(definitions, settings.experiments, Path(settings.results), {"models": settings.models})
     except (WorkflowConfigError, ExperimentError, yamlfile.YamlFileError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    if not Path(settings.results).is_dir():
+        where = results_origin(args, overrides, settings)
+        print(f"error: results folder {settings.results} (set by {where}) does not exist: no run started there",
+              file=sys.stderr)  # fmt: skip
         return 2
     queue = None
     if settings.launcher.executor == "slurm" and slurm.available():
