@@ -4,6 +4,7 @@ partially done runs, attempts per run, hours already spent and the allocation gu
 import json
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import yaml
 
 from sacglam_core.pipeline import budget as budgeting
 from sacglam_core.pipeline import runstate
-from sacglam_core.pipeline.experiments import Run, expand, load_definitions
+from sacglam_core.pipeline.experiments import Run, expand, load_definitions, merge
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFINITIONS = ROOT / "workflow" / "config" / "experiments.yaml"
@@ -180,24 +181,131 @@ def test_an_exhausted_allocation_never_refuses_a_plan_without_training(tmp_path,
     assert "WARNING" not in budgeting.report(budget, 50)
 
 
-def test_other_gpus_are_budgeted_by_the_peak_ratio_rule_until_runs_measure_them(tmp_path, definitions):
+def test_other_gpus_are_budgeted_by_the_peak_ratio_rule_as_an_upper_bound_until_measured(tmp_path, definitions):
     table = ROOT / "workflow" / "config" / "calibration.yaml"
     calibration = budgeting.load_calibration(table, tmp_path)
     runs = expand(definitions, ["main"], tmp_path)
     hours, sources = {}, {}
-    for gpu in ("V100", "A100", "H100"):
+    for gpu in ("V100", "A100"):
         estimates = budgeting.estimate(runs, 8, gpu, calibration)
         hours[gpu], sources[gpu] = sum(e.gpu_hours for e in estimates), {e.source for e in estimates}
     assert hours["V100"] == pytest.approx(777.6) and sources["V100"] == {"paper", "paper, ppo x0.43"}
-    # Flan-T5 with LoRA computes in float16 on a V100 (the paper's 125 TFLOP/s), in bfloat16 on the others
-    assert sources["A100"] == {"peak-ratio rule x2.50 (A100 bfloat16)"}
-    assert hours["A100"] == pytest.approx(777.6 * 125 / 312) and hours["H100"] == pytest.approx(777.6 * 125 / 989)
+    # Flan-T5 with LoRA computes in float16 on a V100 (the paper's 125 TFLOP/s), in bfloat16 on an A100
+    assert sources["A100"] == {"peak-ratio rule x2.50 (A100 bfloat16), upper bound on speed"}
+    assert hours["A100"] == pytest.approx(777.6 * 125 / 312)
+    report = budgeting.report(budgeting.make_budget(runs, 4, "A100", calibration, LIMITS, tmp_path), None)
+    assert "an upper bound on speed, so these runs need at least the GPU-hours shown" in report
     sac = [r for r in runs if r.variant == "SAC-GLAM"]
     finish(sac[0], hours=5, gpu_name="NVIDIA A100-SXM4-80GB")  # 400,000 steps in 20 GPU-hours, measured
     measured = budgeting.estimate(sac[1:], 4, "A100", budgeting.load_calibration(table, tmp_path))
     assert {(e.source, round(e.gpu_hours, 6)) for e in measured} == {("measured (1 runs)", 20.0)}
     with pytest.raises(ValueError, match=r"budget.gpu: B200 is not a GPU of the calibration table \(V100, A100"):
         budgeting.make_budget(sac, 4, "B200", calibration, LIMITS, tmp_path)
+
+
+def test_the_committed_gpu_check_files_price_h100_and_h200_runs(tmp_path, definitions):
+    """H100: gpu_check's whole-run rates (README); H200: SAC-GLAM+HER's steady rates at b84bcf6, with 4-bit weights
+    as the paper's runs and with bfloat16 weights."""
+    calibration = budgeting.load_calibration(ROOT / "workflow" / "config" / "calibration.yaml", tmp_path)
+    runs = expand(definitions, ["main"], tmp_path)
+    h100 = {e.run.variant: e for e in budgeting.estimate(runs, 4, "H100", calibration)}
+    assert h100["SAC-GLAM+HER"].source == "gpu_check measured 2026-11-25, whole run"
+    assert h100["SAC-GLAM+HER"].rate == pytest.approx(5.7 * 3600)  # one rank per GPU: its steps/s x 3,600
+    assert h100["PPO-GLAM"].source == "gpu_check measured 2026-11-25, whole run"
+    assert h100["PPO-GLAM"].gpu_hours == pytest.approx(400_000 / (9.0 * 3600))
+    assert h100["SAC-GLAM"].source == "gpu_check measured 2026-11-25, whole run, from sac+her x1.00"
+    h200 = {e.run.variant: e for e in budgeting.estimate(runs, 4, "H200", calibration)}
+    assert h200["SAC-GLAM+HER"].source == "gpu_check measured 2026-11-26"
+    assert h200["SAC-GLAM+HER"].gpu_hours == pytest.approx(400_000 / (3.6 * 3600))
+    # PPO-GLAM was not measured there: SAC-GLAM+HER's rate x its relative cost over PPO's (1 / 0.43)
+    assert h200["PPO-GLAM"].source == "gpu_check measured 2026-11-26, from sac+her x2.33"
+    assert h200["PPO-GLAM"].rate == pytest.approx(3.6 * 3600 / 0.43)
+    her = next(r for r in runs if r.variant == "SAC-GLAM+HER")
+    bf16_weights = replace(her, settings=merge(her.settings, {"model": {"load_in_4bit": False}}))
+    assert calibration.rate(bf16_weights.config, "H200") == (pytest.approx(4.0 * 3600), "gpu_check measured 2026-11-26")
+    report = budgeting.report(budgeting.make_budget(runs, 4, "H200", calibration, LIMITS, tmp_path), None)
+    assert "gpu_check measured <date>: one rank's environment steps/s on this GPU type" in report
+    assert "peak-ratio" not in report
+
+
+def rates_file(folder: Path, gpu: str = "H100", **measurement) -> Path:
+    """A gpu_check file of `gpu` with one measurement (bfloat16, 4-bit, the paper's critic), `measurement` over it."""
+    entry = {"dtype": "bfloat16", "load_in_4bit": True, "critic": "obs_action",
+             "env_steps_per_s": {"sac+her": {"steady": 4.0, "whole_run": 5.5}}, "device_name": f"NVIDIA {gpu}",
+             "date": "2026-12-01", "command": "python -m sacglam_core.benchmarks.gpu_check"}  # fmt: skip
+    path = folder / "gpu_rates" / f"{gpu}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({"gpu": gpu, "measurements": [{**entry, **measurement}]}, sort_keys=False))
+    return path
+
+
+def test_a_gpu_check_file_prices_its_gpu_type_and_finished_runs_still_win(tmp_path, definitions):
+    rates_file(tmp_path)  # beside table(tmp_path)'s calibration table
+    runs = expand(definitions, ["main", "critic_architecture"], tmp_path / "results")
+    calibration = budgeting.load_calibration(table(tmp_path), tmp_path)
+    seeds = by_variant(budgeting.make_budget(runs, 4, "H100", calibration, LIMITS, tmp_path))
+    her = seeds["SAC-GLAM+HER"][0]
+    assert her.source == "gpu_check measured 2026-12-01" and her.gpu_hours == pytest.approx(400_000 / (4.0 * 3600))
+    # 100,000 steps of SAC-GLAM on the simplified environment, scaled as the paper's rate is: per step
+    ablation = seeds["input=obs weights=shared"][0]
+    assert ablation.source == "gpu_check measured 2026-12-01, from sac+her x1.00"
+    assert ablation.gpu_hours == pytest.approx(100_000 / (4.0 * 3600))
+    sac = seeds["SAC-GLAM"]
+    finish(sac[0].run, hours=5, gpu_name="NVIDIA H100 80GB HBM3")  # 400,000 steps in 20 GPU-hours
+    calibration = budgeting.load_calibration(table(tmp_path), tmp_path / "results")
+    measured = budgeting.estimate([e.run for e in sac[1:]], 4, "H100", calibration)
+    assert {(e.source, round(e.gpu_hours, 6)) for e in measured} == {("measured (1 runs)", 20.0)}
+    # a whole-run rate only is used, and said so; a float32 run finds no measurement and falls back to the rule
+    rates_file(tmp_path, env_steps_per_s={"sac+her": {"whole_run": 5.5}})
+    calibration = budgeting.load_calibration(table(tmp_path), tmp_path)
+    rate, source = calibration.rate(her.run.config, "H100")
+    assert rate == pytest.approx(5.5 * 3600) and source == "gpu_check measured 2026-12-01, whole run"
+    fp32 = replace(her.run, settings=merge(her.run.settings, {"model": {"dtype": "float32", "load_in_4bit": False}}))
+    assert calibration.rate(fp32.config, "H100")[1] == "peak-ratio rule x0.54 (H100 float32), upper bound on speed"
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {"gpu": "L40S"},
+            "{folder}/L40S.yaml: gpu: L40S is not a GPU of the calibration table (",
+        ),
+        ({"gpu": "H200"}, "{folder}/H100.yaml: gpu: H200 is measured in H200.yaml, one file per GPU type"),
+        (
+            {"env_steps_per_s": {"sac+her": {"steady": -1}}},
+            "{folder}/H100.yaml: measurements.0.env_steps_per_s.sac+her.steady: Input should be greater than 0 "
+            "(got -1)",
+        ),
+        (
+            {"env_steps_per_s": {"sac+per": {"steady": 4.0}}},
+            "{folder}/H100.yaml: measurements.0.env_steps_per_s.sac+per: Input should be 'sac', 'sac+her', 'ppo' or "
+            "'ppo+her' (got 'sac+per')",
+        ),
+        (
+            {"env_steps_per_s": {"ppo": {}}},
+            "{folder}/H100.yaml: measurements.0.env_steps_per_s.ppo: give steady, whole_run or both",
+        ),
+        ({"date": None}, "{folder}/H100.yaml: measurements.0.date: Input should be a valid date (got None)"),
+        ({"load_in_4bit": 4}, "{folder}/H100.yaml: measurements.0.load_in_4bit: Input should be a valid boolean"),
+        ("gpu: H100\nmeasurements: [\n", "GPU rates file {folder}/H100.yaml is not valid YAML"),
+    ],
+    ids=["unknown GPU", "misnamed", "negative", "unknown algorithm", "no rate", "no date", "not a boolean", "not YAML"],
+)
+def test_a_bad_gpu_check_file_is_one_line_naming_the_file_and_key(tmp_path, change, message):
+    if isinstance(change, str):
+        rates_file(tmp_path).write_text(change)
+    elif "gpu" in change:
+        path = rates_file(tmp_path)
+        path.write_text(path.read_text().replace("gpu: H100", f"gpu: {change['gpu']}"))
+        if change["gpu"] == "L40S":
+            path.rename(path.with_name("L40S.yaml"))
+    else:
+        rates_file(tmp_path, **change)
+    with pytest.raises(ValueError) as error:
+        budgeting.load_calibration(table(tmp_path), tmp_path)
+    text = str(error.value)
+    assert "\n" not in text and text.startswith(message.format(folder=tmp_path / "gpu_rates")), text
 
 
 def test_a_partition_whose_gpu_types_compute_in_different_dtypes_is_warned_about(tmp_path, definitions):

@@ -299,6 +299,37 @@ def test_dry_run_of_the_paper_grid_lists_every_run_and_the_budget(tmp_path, clus
     print(f"dry run of the paper grid: {seconds:.1f} s (with import profiling)")
 
 
+def test_a_dry_run_on_h100s_prices_the_paper_grid_from_gpu_checks_measurement(tmp_path):
+    """budget.gpu: H100 in a copied cluster profile: the runs are priced from what gpu_check measured on an H100
+    (workflow/config/gpu_rates/H100.yaml), and the budget says so; a malformed rates file is one error line."""
+    from conftest import copy_cluster_profile
+
+    profile = copy_cluster_profile(tmp_path, budget={"gpu": "H100"})
+    config = ["--config", f"experiments={json.dumps(PAPER)}", f"results={tmp_path / 'results'}"]
+    env = no_torch_environment(tmp_path)  # as on a driver-only install
+    result = snakemake("--profile", str(profile), "-n", "--quiet", "rules", *config, env=env)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    # experiment main: 4 seeds of 4 GPUs, hours per run, attempts, GPU-hours, and where they come from
+    assert re.search(r"^    PPO-GLAM +4  new +4 +3\.1 +1 +49\.4  gpu_check measured 2026-11-25, whole run$", out, re.M)
+    assert re.search(
+        r"^    SAC-GLAM\+HER +4  new +4 +4\.9 +1 +78\.0  gpu_check measured 2026-11-25, whole run$", out, re.M
+    )
+    assert "  gpu_check measured <date>: one rank's environment steps/s on this GPU type" in out
+    assert out.count("total: 66 runs to train, 807.0 GPU-hours planned") == 2 and "peak-ratio" not in out
+    # the same dry run with a calibration table whose H100 file lost its date
+    table = tmp_path / "calibration.yaml"
+    table.write_text((ROOT / "workflow" / "config" / "calibration.yaml").read_text())
+    (tmp_path / "gpu_rates").mkdir()
+    rates = (ROOT / "workflow" / "config" / "gpu_rates" / "H100.yaml").read_text()
+    (tmp_path / "gpu_rates" / "H100.yaml").write_text(rates.replace("  date: 2026-11-25\n", ""))
+    bad = snakemake("--profile", str(profile), "-n", *config, f"budget={{calibration: {table}}}", env=env)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines()[-1] == (
+        f"error: {tmp_path}/gpu_rates/H100.yaml: measurements.0.date: Field required"
+    )
+
+
 def test_a_dry_run_ends_with_a_summary_per_experiment_and_every_warning(tmp_path, definitions, cluster_profile):
     """After Snakemake's last line: per experiment the runs to train, those finished and their GPU-hours, the
     total, and the warnings printed with the budget far above (the allocation's and the preflight's)."""

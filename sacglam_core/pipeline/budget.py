@@ -5,10 +5,12 @@ common.smk), never a guess from files: a run Snakemake does not plan costs nothi
 its remaining steps: all of them when new, those after its newest checkpoint when it resumes, none when
 its done.json exists (only the workflow's marker is missing).
 
-Throughput, in environment steps per GPU-hour, comes from `workflow/config/calibration.yaml`: the paper's
-figure (Appendix C) times a relative cost per algorithm, until finished runs measure it (the median of
-their done.json per key: algorithm, model, environment, GPU). Runs without GPUs (the local profile) are
-measured in steps per hour of one run.
+Throughput, in environment steps per GPU-hour, comes from the first of: finished runs (the median of their
+done.json per key: algorithm, model, environment, GPU type); `workflow/config/calibration.yaml`'s keys; what
+gpu_check measured on the GPU type (`gpu_rates/<type>.yaml` beside the table: one rank's steps/s); the paper's
+figure (Appendix C), times the ratio of the GPU's dense peak to the paper's V100's on another type (an upper
+bound on speed). An algorithm that gpu_check or the paper did not measure is scaled from one they did by the
+table's relative costs. Runs without GPUs (the local profile) are measured in steps per hour of one run.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sacglam_core.config import ConfigError, RunConfig, load_config
-from sacglam_core.pipeline import runstate, yamlfile
+from sacglam_core.pipeline import gpu_rates, runstate, yamlfile
 from sacglam_core.pipeline.experiments import Run
+
+PEAK_RATIO = "peak-ratio rule"  # the label of rates from the paper's V100 rate times a ratio of dense peaks
+GPU_CHECK = "gpu_check measured"  # the label of rates from gpu_check's files
 
 
 class BudgetExceededError(RuntimeError):
@@ -72,6 +77,8 @@ class Calibration:
     relative_cost: dict[str, float]  # algorithm key -> GPU time per step relative to the paper's figure
     gpus: dict[str, Gpu] = field(default_factory=dict)  # GPU type -> its peaks
     seeded: dict[str, float] = field(default_factory=dict)  # key -> steps per GPU-hour, from the table
+    checked: dict[str, gpu_rates.GpuRates] = field(default_factory=dict)  # GPU type -> what gpu_check measured there
+    rates_folder: Path | None = None  # where those files are
     measured: dict[str, list[float]] = field(default_factory=dict)  # key -> rates of finished runs
 
     def gpu_type(self, device_name: str | None) -> str:
@@ -89,7 +96,8 @@ class Calibration:
         return None
 
     def rate(self, config: RunConfig, gpu: str) -> tuple[float, str]:
-        """Steps per GPU-hour (per hour on a CPU) of `config` on `gpu` (a type, or cpu), and where it comes from."""
+        """Steps per GPU-hour (per hour on a CPU) of `config` on `gpu` (a type, or cpu), and where it comes from (the
+        first source the module's docstring lists that has it)."""
         key = calibration_key(config, gpu)
         if key in self.measured:
             return statistics.median(self.measured[key]), f"measured ({len(self.measured[key])} runs)"
@@ -99,11 +107,23 @@ class Calibration:
             return float("nan"), "not measured yet"
         algorithm = algorithm_key(config)
         cost = self.relative_cost.get(algorithm, 1.0)
+        dtype, peak = self.gpus[gpu].peak(config)
+        checked = self.checked[gpu] if gpu in self.checked else None
+        measurement = checked.find(dtype, config.model.load_in_4bit, config.sac.critic.input) if checked else None
+        if measurement:
+            # its own algorithm's speed, else the nearest measured one's (the same without or with HER first)
+            family = algorithm.split("+")[0]
+            measured = min(measurement.env_steps_per_s, key=lambda k: (k != algorithm, k.split("+")[0] != family))
+            per_second, which = measurement.env_steps_per_s[measured].best
+            scale = self.relative_cost.get(measured, 1.0) / cost
+            source = f"{GPU_CHECK} {measurement.date}" + (", whole run" if which == "whole run" else "")
+            if measured != algorithm:
+                source += f", from {measured} x{scale:.2f}"
+            return per_second * 3600 * scale, source  # one rank per GPU: its steps/s are its GPU's steps per 3,600 s
         rate = self.paper.steps_per_gpu_hour / cost
-        if gpu != self.paper.gpu or config.model.dtype_on_gpu(self.gpus[gpu].capability) != self.paper.dtype:
-            dtype, peak = self.gpus[gpu].peak(config)
+        if gpu != self.paper.gpu or dtype != self.paper.dtype:
             ratio = peak / self.gpus[self.paper.gpu].tflops[self.paper.dtype]
-            return rate * ratio, f"peak-ratio rule x{ratio:.2f} ({gpu} {dtype})"
+            return rate * ratio, f"{PEAK_RATIO} x{ratio:.2f} ({gpu} {dtype}), upper bound on speed"
         paper_setting = (
             config.total_steps == self.paper.steps_per_seed
             and not config.env.simplified
@@ -118,7 +138,8 @@ class Calibration:
         return config.total_steps * self.relative_cost.get(algorithm_key(config), 1.0)
 
 
-def load_calibration(table: str | Path, results: str | Path) -> Calibration:
+def load_table(table: str | Path) -> Calibration:
+    """The calibration table and the gpu_check files beside it (`gpu_rates/`), without finished runs."""
     try:
         raw = yamlfile.load(table, "calibration table")
         gpus = {
@@ -139,6 +160,14 @@ def load_calibration(table: str | Path, results: str | Path) -> Calibration:
         raise ValueError(f"calibration table {table}: cannot read it ({type(error).__name__}: {error})") from None
     if calibration.paper.gpu not in gpus or calibration.paper.dtype not in gpus[calibration.paper.gpu].tflops:
         raise ValueError(f"calibration table {table}: gpus has no {calibration.paper.dtype} peak of the paper's GPU")
+    calibration.rates_folder = Path(table).parent / gpu_rates.FOLDER
+    calibration.checked = gpu_rates.load_folder(calibration.rates_folder, list(gpus))
+    return calibration
+
+
+def load_calibration(table: str | Path, results: str | Path) -> Calibration:
+    """The calibration table, the gpu_check files beside it and the finished runs under `results`."""
+    calibration = load_table(table)
     for record in finished_runs(results, calibration):
         if record.gpu_hours_per_step:
             calibration.measured.setdefault(record.key, []).append(1 / record.gpu_hours_per_step)
@@ -341,12 +370,21 @@ def _legend(budget: Budget) -> list[str]:
         f"  scaled estimate: the paper's rate x the run's steps x its algorithm's relative cost ({costs or 'none'}); "
         f"measured: the median of finished runs",
     ]
-    if any(e.source.startswith("peak-ratio") for e in budget.estimates):
+    if any(e.source.startswith(GPU_CHECK) for e in budget.estimates):
+        lines.append(
+            f"  {GPU_CHECK} <date>: one rank's environment steps/s on this GPU type in the run's dtype and weights "
+            f"at the paper's per-rank settings, measured by `python -m sacglam_core.benchmarks.gpu_check` "
+            f"({budget.calibration.rates_folder}/<type>.yaml), x3,600 per GPU-hour, for any steps, environment or "
+            f"model as the scaled estimate; steady unless marked `whole run` (with the first steps, which only act: "
+            f"faster than steady); `from <algorithm> xN`: another algorithm's rate x their relative costs"
+        )
+    if any(e.source.startswith(PEAK_RATIO) for e in budget.estimates):
         reference = budget.calibration.gpus[paper.gpu].tflops[paper.dtype]
         lines.append(
-            f"  peak-ratio rule (no run measured on this GPU yet): the scaled estimate x the GPU's dense peak TFLOP/s "
-            f"at the run's dtype / the {paper.gpu}'s {reference:g} in {paper.dtype} (calibration table's gpus); an "
-            f"upper bound on the speed-up"
+            f"  {PEAK_RATIO} (nothing measured on this GPU type yet): the scaled estimate x the GPU's dense peak "
+            f"TFLOP/s at the run's dtype / the {paper.gpu}'s {reference:g} in {paper.dtype} (calibration table's "
+            f"gpus): an upper bound on speed, so these runs need at least the GPU-hours shown; gpu_check on this GPU "
+            f"type measures it (docs/cluster.md)"
         )
     lines += [
         f"  attempts: SLURM jobs per run at {limits.hours_per_attempt:.2f} h of training each (launcher.time_min="

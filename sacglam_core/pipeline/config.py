@@ -147,7 +147,7 @@ class LauncherConfig:
 @settings
 class BudgetConfig:
     calibration: str = "workflow/config/calibration.yaml"
-    gpu: str = "V100"  # the cluster's GPU type, one of the calibration table's gpus (V100, A100, H100)
+    gpu: str = "V100"  # the cluster's GPU type, one of the calibration table's gpus (V100, A100, H100, H200)
     allocation_gpu_hours: Annotated[float, Field(gt=0)] | None = None  # spent + planned may not exceed it
 
 

@@ -1,0 +1,143 @@
+"""Measured training speeds per GPU type, from which the GPU-hour budget prices runs on that type.
+
+One file per type, `gpu_rates/<type>.yaml` beside the calibration table (workflow/config/gpu_rates/H100.yaml), written
+by `python -m sacglam_core.benchmarks.gpu_check` on a GPU of that type, or by hand for a measurement made otherwise.
+It holds measurements of one rank at gpu_check's per-rank settings, one per setting (compute dtype, 4-bit weights or
+not, SAC's critic), each with its environment steps/s per algorithm and where they come from. gpu_check replaces the
+measurements of the settings it measured and keeps the others.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from sacglam_core.atomic import write_text
+from sacglam_core.pipeline import yamlfile
+from sacglam_core.settings import settings
+
+FOLDER = "gpu_rates"  # beside the calibration table
+Algorithm = Literal["sac", "sac+her", "ppo", "ppo+her"]  # the budget's algorithm keys
+StepsPerSecond = Annotated[float, Field(gt=0)]
+HEADER = (
+    "# One rank's training speed on {gpu}, measured by python -m sacglam_core.benchmarks.gpu_check (or as `notes`\n"
+    "# says). In workflow/config/gpu_rates/, the GPU-hour budget prices runs on {gpu} from it (docs/cluster.md).\n"
+)
+
+
+class GpuRatesError(ValueError):
+    """A rates file that cannot be used; the message names the file and the key."""
+
+
+@settings
+class Speed:
+    """One rank's environment steps per second (its 8 environments together)."""
+
+    steady: StepsPerSecond | None = None
+    """Once the loop is steady: SAC from its first update on (every cycle updates), PPO over whole rollout+update
+    cycles."""
+    whole_run: StepsPerSecond | None = None
+    """Over the whole run, with the first steps, which only act: faster than the steady rate."""
+
+    @model_validator(mode="after")
+    def _measured(self):
+        if self.steady is None and self.whole_run is None:
+            raise ValueError("give steady, whole_run or both")
+        return self
+
+    @property
+    def best(self) -> tuple[float, str]:
+        """The steady rate if measured, else the whole run's; and which it is."""
+        return (self.steady, "steady") if self.steady is not None else (self.whole_run, "whole run")
+
+
+@settings
+class Measurement:
+    """One rank of the paper's run at gpu_check's per-rank settings, in one setting, and where its figures come
+    from."""
+
+    dtype: Literal["bfloat16", "float16", "float32"]
+    load_in_4bit: bool
+    critic: Literal["obs_action", "obs", "decoded_action"]  # SAC's sac.critic.input
+    env_steps_per_s: Annotated[dict[Algorithm, Speed], Field(min_length=1)]
+    device_name: str  # torch.cuda.get_device_name
+    date: datetime.date
+    command: str
+    commit: str | None = None
+    torch: str | None = None
+    transformers: str | None = None
+    notes: str = ""
+
+    @property
+    def setting(self) -> tuple[str, bool, str]:
+        return self.dtype, self.load_in_4bit, self.critic
+
+
+@settings
+class GpuRates:
+    gpu: str  # a type of the calibration table's gpus, and the file's name
+    measurements: Annotated[list[Measurement], Field(min_length=1)]
+
+    def find(self, dtype: str, load_in_4bit: bool, critic: str) -> Measurement | None:
+        """The measurement in `dtype` with these weights, of this critic where there is one."""
+        matching = [m for m in self.measurements if (m.dtype, m.load_in_4bit) == (dtype, load_in_4bit)]
+        return min(matching, key=lambda m: m.critic != critic, default=None)
+
+
+def load(path: str | Path, gpus: list[str]) -> GpuRates:
+    """The file at `path`, checked against the calibration table's GPU types `gpus`."""
+    try:
+        raw = yamlfile.load(path, "GPU rates file")
+        rates = GpuRates(**raw)
+    except yamlfile.YamlFileError as error:
+        raise GpuRatesError(str(error)) from None
+    except ValidationError as error:
+        problems = []
+        for e in error.errors():
+            got = "" if isinstance(e.get("input"), dict | list) else f" (got {e.get('input')!r})"
+            key = ".".join(str(k) for k in e["loc"] if k != "[key]")
+            problems.append(f"{key}: {e['msg'].removeprefix('Value error, ')}{got}")
+        raise GpuRatesError(f"{path}: {'; '.join(problems)}") from None
+    except TypeError as error:  # a key that is not a string
+        raise GpuRatesError(f"{path}: {error}") from None
+    if rates.gpu not in gpus:
+        raise GpuRatesError(
+            f"{path}: gpu: {rates.gpu} is not a GPU of the calibration table ({', '.join(gpus)}): add it there "
+            f"(its dense peaks and the words of its device name) or remove this file"
+        )
+    settings = [m.setting for m in rates.measurements]
+    twice = next((setting for setting in settings if settings.count(setting) > 1), None)
+    if twice:
+        dtype, load_in_4bit, critic = twice
+        raise GpuRatesError(
+            f"{path}: measurements: two of dtype {dtype}, load_in_4bit {str(load_in_4bit).lower()}, critic {critic}: "
+            f"keep one"
+        )
+    return rates
+
+
+def load_folder(folder: str | Path, gpus: list[str]) -> dict[str, GpuRates]:
+    """Every file of `folder` (none if it does not exist), by GPU type."""
+    out = {}
+    for path in sorted(Path(folder).glob("*.yaml")) if Path(folder).is_dir() else []:
+        rates = load(path, gpus)
+        if path.name != f"{rates.gpu}.yaml":
+            raise GpuRatesError(f"{path}: gpu: {rates.gpu} is measured in {rates.gpu}.yaml, one file per GPU type")
+        out[rates.gpu] = rates
+    return out
+
+
+def record(path: str | Path, gpu: str, measurements: list[Measurement]) -> GpuRates:
+    """Write `measurements` of `gpu` into `path` (atomically), over those of the same settings already there."""
+    new = {m.setting for m in measurements}
+    kept = load(path, [gpu]).measurements if Path(path).exists() else []
+    rates = GpuRates(gpu, [m for m in kept if m.setting not in new] + measurements)
+    body = yaml.safe_dump(dataclasses.asdict(rates), sort_keys=False, allow_unicode=True, width=96)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, HEADER.format(gpu=gpu) + body)
+    return rates
