@@ -82,6 +82,10 @@ class ModelConfig:
     """Quantize the LLM's weights to 4-bit nf4 with double quantization (QLoRA); needs `model.lora`."""
     cache_dir: str | None = None
     """Hugging Face cache folder to load from; null: the hub's default (`HF_HUB_CACHE` or `HF_HOME`)."""
+    compile: bool = False
+    """`torch.compile` the LLM's transformer stacks (dynamic shapes): several times fewer operator calls from the
+    host per pass, at the cost of minutes of compilation at the start of each process; fused kernels round
+    differently, so results agree with the eager model's within float tolerance, not bit for bit."""
 
     @property
     def is_local_path(self) -> bool:
@@ -384,6 +388,7 @@ class RunConfig:
 ADDED_LATER: dict[tuple[str, str], object] = {
     ("sac", "actor_lr_ramp_updates"): 0,
     ("sac", "actor_loss"): "reverse_kl",
+    ("model", "compile"): False,
 }
 
 

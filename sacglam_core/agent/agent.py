@@ -47,7 +47,10 @@ class GlamAgent(nn.Module):
         model_config = dataclasses.replace(config.model, dtype=resolve_dtype(config.model))
         model, architecture = load_model(model_config)
         lm = GlamLM(model, load_tokenizer(model_config), architecture)
-        return cls(lm, config.critic, config.value_head, action_vocabulary, model_config.dtype).to(lm.device)
+        agent = cls(lm, config.critic, config.value_head, action_vocabulary, model_config.dtype).to(lm.device)
+        if model_config.compile:
+            lm.compile_stacks()  # after the critic's weight sets exist: they are compiled too
+        return agent
 
     # -- checkpoints -----------------------------------------------------------------------------
     def mutable_state_dict(self) -> dict[str, torch.Tensor]:

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from sacglam_core.agent.batch import CandidateBatch
-from sacglam_core.agent.lm import DEFAULT, GlamLM, LMOutput
+from sacglam_core.agent.lm import DEFAULT, GlamLM, LMOutput, polyak
 from sacglam_core.config import CriticConfig
 
 CRITIC_WEIGHTS = "critic"
@@ -98,8 +98,7 @@ class Critic(nn.Module):
 
     @torch.no_grad()
     def update_target(self, lm: GlamLM) -> None:
-        for s, t in zip(self.head.parameters(), self.target_head.parameters()):
-            t.lerp_(s, self.config.tau)
+        polyak(list(self.head.parameters()), list(self.target_head.parameters()), self.config.tau)
         if self.target_weights != self.weights:
             lm.polyak(self.weights, self.target_weights, self.config.tau)
 

@@ -19,6 +19,13 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from transformers.masking_utils import (
+    ALL_MASK_ATTENTION_FUNCTIONS,
+    bidirectional_mask_function,
+    causal_mask_function,
+    eager_mask,
+    sdpa_mask,
+)
 from transformers.modeling_outputs import BaseModelOutput
 
 from sacglam_core.agent.batch import CandidateBatch, collate, pad_rows
@@ -85,8 +92,7 @@ class GlamLM(nn.Module):
     @torch.no_grad()
     def polyak(self, source: str, target: str, tau: float) -> None:
         """target <- tau * source + (1 - tau) * target."""
-        for s, t in zip(self.parameters_of(source), self.parameters_of(target), strict=True):
-            t.lerp_(s.to(t.dtype), tau)
+        polyak(self.parameters_of(source), self.parameters_of(target), tau)
 
     @contextmanager
     def using(self, name: str) -> Iterator[None]:
@@ -116,6 +122,20 @@ class GlamLM(nn.Module):
             if n in flags:
                 p.requires_grad_(flags[n])
 
+    def compile_stacks(self) -> None:
+        """`torch.compile` the transformer stacks of every weight set (`model.compile`): each layer's few dozen
+        operator calls become a handful of compiled kernels and matrix products."""
+        # One stack's code serves the encoder and the decoder, with and without cache, hidden states and gradients,
+        # and each weight set: more graphs than the default limit of 8, past which it would silently run eagerly.
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        # Python floats of the layers (LoRA's scaling, norms' epsilons) as constants: left dynamic, each one becomes
+        # a tensor made at every call.
+        torch._dynamo.config.specialize_float = True
+        for model in (self.model, *self.copies.values()):
+            base = model.get_base_model() if hasattr(model, "get_base_model") else model
+            for stack in (base.get_encoder(), base.get_decoder()) if self.seq2seq else (base.get_decoder(),):
+                stack.compile(dynamic=True)
+
     def _module(self, name: str) -> nn.Module:
         return self.model if name == DEFAULT or self.lora else self.copies[name]
 
@@ -124,6 +144,29 @@ class GlamLM(nn.Module):
         return collate(
             prompts, candidates, self.pad_id, left_pad_prompts=not self.seq2seq, action_index=action_index
         ).to(self.device)
+
+    def _mask(self, padding: torch.Tensor, queries: int = 1, causal: bool = False, past: int = 0) -> torch.Tensor:
+        """The 4D attention mask that transformers would make from the 2D `padding` mask [N, keys], for `queries`
+        tokens after `past` cached ones (one query row serves them all when not `causal`). Made here, with
+        transformers' own function, because the model would first check whether any key is padded: a read of the
+        mask that makes the host wait for the GPU at every pass; a 4D mask is used as it is. Flash or flex
+        attention take the 2D mask."""
+        config = self.base_config
+        if ALL_MASK_ATTENTION_FUNCTIONS.get(config._attn_implementation) not in (sdpa_mask, eager_mask):
+            return padding
+        make = ALL_MASK_ATTENTION_FUNCTIONS[config._attn_implementation]
+        return make(
+            batch_size=padding.shape[0],
+            q_length=queries,
+            kv_length=padding.shape[1],
+            q_offset=past,
+            mask_function=causal_mask_function if causal else bidirectional_mask_function,
+            attention_mask=padding.bool(),
+            allow_is_causal_skip=False,
+            allow_is_bidirectional_skip=False,
+            device=padding.device,
+            dtype=self.model.get_input_embeddings().weight.dtype,
+        )
 
     # -- forward passes --------------------------------------------------------------------------
     def score(self, batch: CandidateBatch, hidden: bool = False) -> LMOutput:
@@ -135,22 +178,24 @@ class GlamLM(nn.Module):
         # cache then holds each prompt's cross-attention keys/values: every action of the prompt reuses
         # them instead of projecting the encoder states again.
         model = self._module(self._active)
-        encoded = model.get_encoder()(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask).last_hidden_state
+        prompt = self._mask(batch.prompt_mask)
+        encoded = model.get_encoder()(input_ids=batch.prompt_ids, attention_mask=prompt).last_hidden_state
         start = torch.full_like(batch.prompt_ids[:, :1], model.config.decoder_start_token_id)
         prefix = model(
             encoder_outputs=BaseModelOutput(last_hidden_state=encoded),
-            attention_mask=batch.prompt_mask,
+            attention_mask=prompt,
             decoder_input_ids=start,
             use_cache=True,
             output_hidden_states=hidden,
         )
         cache = prefix.past_key_values
         cache.batch_select_indices(batch.owner)
+        actions = torch.cat([torch.ones_like(batch.action_mask[:, :1]), batch.action_mask], 1)  # after the start token
         out = model(
             encoder_outputs=BaseModelOutput(last_hidden_state=encoded[batch.owner]),
-            attention_mask=batch.prompt_mask[batch.owner],
+            attention_mask=prompt[batch.owner],
             decoder_input_ids=batch.action_ids,
-            decoder_attention_mask=torch.cat([torch.ones_like(batch.action_ids[:, :1]), batch.action_mask], 1),
+            decoder_attention_mask=self._mask(actions, queries=batch.action_ids.shape[1], causal=True, past=1),
             past_key_values=cache,
             output_hidden_states=hidden,
         )
@@ -167,9 +212,10 @@ class GlamLM(nn.Module):
         prompt_positions = (batch.prompt_mask.cumsum(1) - 1).clamp(min=0)
         # Logits only where a token is predicted: the prompt's last position and each action's own tokens
         # but its last (a large vocabulary makes the others a large share of the pass).
+        prompt_width = batch.prompt_ids.shape[1]
         prefix = model(
             input_ids=batch.prompt_ids,
-            attention_mask=batch.prompt_mask,
+            attention_mask=self._mask(batch.prompt_mask, queries=prompt_width, causal=True),
             position_ids=prompt_positions,
             use_cache=True,
             output_hidden_states=hidden,
@@ -200,6 +246,7 @@ class GlamLM(nn.Module):
         else:
             cache.batch_select_indices(batch.owner)  # one copy of each prompt's keys/values per action
             mask = torch.cat([batch.prompt_mask[batch.owner], batch.action_mask], 1)
+            mask = self._mask(mask, queries=width, causal=True, past=prompt_width)
             out = model(**action_pass, attention_mask=mask, past_key_values=cache)
         logits = torch.cat([prefix.logits[batch.owner], out.logits], 1)
         logp = _token_logp(logits, batch.action_ids, batch.action_mask)
@@ -222,11 +269,13 @@ class GlamLM(nn.Module):
             rows = [(p[:-1] if eos else p) + a + eos for p, a in zip(prompts, batch.action_tokens)]
             ids, mask = (t.to(self.device) for t in pad_rows(rows, self.pad_id))
             start = torch.full_like(ids[:, :1], model.config.decoder_start_token_id)
+            mask = self._mask(mask)
             out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=start, output_hidden_states=True)
             return out.decoder_hidden_states[-1][:, 0]
         rows = [p + a for p, a in zip(prompts, batch.action_tokens)]
         ids, mask = (t.to(self.device) for t in pad_rows(rows, self.pad_id, left=True))
         positions = (mask.cumsum(1) - 1).clamp(min=0)
+        mask = self._mask(mask, queries=ids.shape[1], causal=True)
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, output_hidden_states=True)
         return out.hidden_states[-1][:, -1]
 
@@ -245,6 +294,14 @@ class GlamLM(nn.Module):
                     logits = model(input_ids=torch.cat([p, a], 1)).logits[:, p.shape[1] - 1 : -1]
                 scores.append(_token_logp(logits, a, torch.ones_like(a))[0])
         return torch.stack(scores)
+
+
+@torch.no_grad()
+def polyak(sources: list[torch.Tensor], targets: list[torch.Tensor], tau: float) -> None:
+    """targets <- tau * sources + (1 - tau) * targets, in one call for all of them."""
+    if len(sources) != len(targets):
+        raise ValueError(f"{len(sources)} source tensors for {len(targets)} targets")
+    torch._foreach_lerp_(targets, [s if s.dtype == t.dtype else s.to(t.dtype) for s, t in zip(sources, targets)], tau)
 
 
 def _token_logp(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

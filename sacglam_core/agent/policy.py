@@ -33,12 +33,13 @@ class CandidateDistribution:
         return -(self.probs * self.log_probs).sum(1)
 
     def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
-        """One candidate column per prompt, drawn where `generator` lives (the trainer's and the evaluation's
-        are CPU generators, so a run draws the same actions on a GPU as on a CPU)."""
+        """One candidate column per prompt, drawn and returned where `generator` lives (the trainer's and the
+        evaluation's are CPU generators, so a run draws the same actions on a GPU as on a CPU, and the host has
+        its choices without a second read)."""
         probs = self.probs.float()
         if generator is not None:
             probs = probs.to(generator.device)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(1).to(self.log_probs.device)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
     def greedy(self) -> torch.Tensor:
         return self.log_probs.masked_fill(~self.mask, float("-inf")).argmax(1)

@@ -29,7 +29,7 @@ import torch
 
 from sacglam_core.agent import CandidateBatch, CandidateDistribution, GlamAgent
 from sacglam_core.agent.lm import DEFAULT
-from sacglam_core.algos.precision import grad_scaler
+from sacglam_core.algos.precision import adam, grad_scaler
 from sacglam_core.algos.stats import UpdateStats
 from sacglam_core.config import RunConfig
 from sacglam_core.distributed import Ranks
@@ -99,7 +99,7 @@ class PPO:
         self.agent, self.config, self.cfg, self.ranks = agent, config, config.ppo, ranks
         self.minibatches = max(1, math.ceil(self.cfg.rollout_steps / self.cfg.minibatch_size))
         self.params = agent.lm.parameters_of(DEFAULT) + list(agent.value_head.parameters())
-        self.optimizer = torch.optim.Adam(self.params, lr=self.cfg.lr)
+        self.optimizer = adam(self.params, self.cfg.lr)
         self.scaler = grad_scaler(agent)
         self.generator = torch.Generator().manual_seed(config.seed * 1000 + ranks.rank)
         self.updates = 0
@@ -111,14 +111,15 @@ class PPO:
     @torch.no_grad()
     def act(self, batch: CandidateBatch, generator: torch.Generator) -> tuple[list[int], dict[str, list]]:
         policy, out = self.agent.policy(batch, hidden=True)
-        choice = policy.sample(generator)
-        logp = policy.log_probs.gather(1, choice[:, None]).squeeze(1)
+        choice = policy.sample(generator).tolist()
         values = self.agent.value(out)
-        counts = batch.counts.tolist()
-        return choice.tolist(), {
-            "logp": logp.tolist(),
-            "value": values.tolist(),
-            "log_probs": [row[:n].cpu().numpy() for row, n in zip(policy.log_probs, counts)],
+        # one read of what the rollout keeps: each prompt's value and log-probabilities
+        host = torch.cat([values.float()[:, None], policy.log_probs.float()], 1).cpu().numpy()
+        log_probs = host[:, 1:]
+        return choice, {
+            "logp": log_probs[range(len(choice)), choice].tolist(),
+            "value": host[:, 0].tolist(),
+            "log_probs": [row[:n].copy() for row, n in zip(log_probs, batch.sizes)],
         }
 
     def add(self, episode: Episode) -> None:

@@ -21,7 +21,7 @@ import torch
 
 from sacglam_core.agent import CandidateBatch, CandidateDistribution, GlamAgent
 from sacglam_core.agent.lm import DEFAULT
-from sacglam_core.algos.precision import grad_scaler
+from sacglam_core.algos.precision import adam, grad_scaler
 from sacglam_core.algos.stats import UpdateStats
 from sacglam_core.config import RunConfig
 from sacglam_core.distributed import Ranks
@@ -91,14 +91,14 @@ class SAC:
         )
         self.actor_params = agent.lm.parameters_of(DEFAULT)
         self.critic_params = list(agent.critic.head.parameters()) + agent.critic.trainable_lm_parameters(agent.lm)
-        self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=self.cfg.actor_lr)
+        self.actor_optimizer = adam(self.actor_params, self.cfg.actor_lr)
         ramp = self.cfg.actor_lr_ramp_updates
         self.actor_schedule = torch.optim.lr_scheduler.LambdaLR(
             self.actor_optimizer, lambda step: min(1.0, (step + 1) / ramp) if ramp else 1.0
         )
-        self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=self.cfg.critic_lr)
+        self.critic_optimizer = adam(self.critic_params, self.cfg.critic_lr)
         self.log_alpha = torch.tensor(math.log(self.cfg.alpha_init), device=agent.lm.device, requires_grad=True)
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=self.cfg.alpha_lr)
+        self.alpha_optimizer = adam([self.log_alpha], self.cfg.alpha_lr)
         self.scalers = {
             o: grad_scaler(agent) for o in (self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer)
         }

@@ -4,9 +4,11 @@
     scoring_throughput  GLAM scoring, naive against batched; the critic's forward+backward per critic input
     train_throughput    environment steps/s of PPO-GLAM, SAC-GLAM and SAC-GLAM+HER in short runs
     step_cost           FLOPs per environment step at the paper's scale, memory per rank, implied GPU-hours
-    gpu_check           a one-command check of a CUDA machine at the paper's scale, in under 10 minutes
+    gpu_check           a one-command check of a CUDA machine at the paper's scale, in about 6 minutes on an
+                        H100; writes one rank's measured rates, which the GPU-hour budget prices that GPU from
     precision           the same short run in fp32, bf16 and fp16 (GradScaler), losses side by side
     profile_run         where a training run's time goes (cProfile; `--ops`: torch operators of an update)
+    hot_loop            one rank's loop at gpu_check's settings by phase: host time, operator calls, host reads
     sac_reference       not a command: SAC's update before its passes were shared (step_cost's `before`,
                         tests/test_sac_update.py)
 

@@ -10,11 +10,12 @@ After `--warmup-steps` environment steps (SAC's buffer then holds batches and ev
 `--busy-steps` steps for the GPU's kernel time. Phases nest; each one's figures are its own, without the phases
 inside it.
 
-Operator calls are the profiler's `aten::` events: every entry into torch's dispatcher, nested ones included, each of
-which costs the host time whatever the tensor's size. Host reads are what a GPU run must wait for:
-`aten::_local_scalar_dense` (`.item()`, `float(t)`, `bool(t)`), `tolist()` and `numpy()` of a tensor, and the
-operators whose output size depends on values (`nonzero`...). On a CPU they are counted all the same: a tensor the
-loop reads there is one that a GPU would hand back.
+Operator calls are the outermost `aten::` events of torch.profiler: each call into torch's dispatcher from Python or
+from the autograd engine, which costs the host time whatever the tensor's size (calls an operator makes inside
+itself are its implementation: on a CPU, `_foreach_*` and fused Adam loop over their tensors there, where a GPU runs
+one kernel). Host reads are what a GPU run must wait for: `.item()` (`float(t)`, `bool(t)`), `tolist()` and
+`numpy()` of a tensor, and operators whose output size depends on values (`nonzero`...). On a CPU they are counted
+all the same: a tensor the loop reads there is one that a GPU would hand back.
 """
 
 from __future__ import annotations
@@ -216,15 +217,20 @@ def measure(config: RunConfig, warmup: int, steps: int, busy_steps: int) -> Meas
     if open_window:
         end()
     measurement = Measurement(config, windows, dict(phases.seconds))
-    phases_named = {*phases.names, OUTSIDE}
     for event in windows["counting"].profile.events():
-        if event.name.startswith("aten::"):
-            parent = event.cpu_parent
-            while parent is not None and parent.name not in phases_named:
-                parent = parent.cpu_parent
-            phase = parent.name if parent is not None else OUTSIDE
+        if not event.name.startswith("aten::"):
+            continue
+        outermost = event
+        while outermost.cpu_parent is not None and outermost.cpu_parent.name.startswith("aten::"):
+            outermost = outermost.cpu_parent
+        parent = outermost.cpu_parent
+        while parent is not None and parent.name not in phases.names:
+            parent = parent.cpu_parent
+        phase = parent.name if parent is not None else OUTSIDE
+        if outermost is event:
             measurement.ops[phase] += 1
-            measurement.reads[phase] += event.name in VALUE_DEPENDENT
+        if event.name in VALUE_DEPENDENT and outermost.name in {"aten::item", "aten::is_nonzero", event.name}:
+            measurement.reads[phase] += 1
     measurement.reads.update(phases.reads)
     return measurement
 
@@ -271,9 +277,11 @@ def report(m: Measurement) -> str:
     return "\n".join(out)
 
 
-def settings(variant: str, model: Path, device: str, steps: int, out: Path, critic: str, four_bit: bool) -> dict:
-    """gpu_check's per-rank run of `variant`, warm-up off, with nothing but the loop (no evaluation, checkpoint or
-    TensorBoard on the way)."""
+def settings(
+    variant: str, model: Path, device: str, steps: int, out: Path, critic: str, four_bit: bool, compiled: bool
+) -> dict:
+    """gpu_check's per-rank run of `variant`, warm-up off, with nothing but the loop on the way: no evaluation,
+    checkpoint or TensorBoard, the monitor's reads as rare as in a paper run."""
     from sacglam_core.benchmarks.gpu_check import PER_RANK
 
     per_rank = PER_RANK[variant]
@@ -281,14 +289,21 @@ def settings(variant: str, model: Path, device: str, steps: int, out: Path, crit
         per_rank = {**per_rank, "sac": {**per_rank["sac"], "warmup_cycles": 0, "critic": {"input": critic}}}
     return {
         **per_rank,
-        "model": {"name_or_path": str(model), "device": device, "lora": {}, "load_in_4bit": four_bit},
+        "model": {
+            "name_or_path": str(model),
+            "device": device,
+            "lora": {},
+            "load_in_4bit": four_bit,
+            "compile": compiled,
+        },
         "output_dir": str(out),
         "num_envs": 8,
         "total_steps": steps,
         "threads": torch.get_num_threads(),
         "eval": {"every_steps": 10**9, "episodes_per_type": 1, "test_episodes": 1},
         "checkpoint": {"every_updates": 10**9},
-        "monitor": {"tensorboard": False},
+        # a 400K-step run's cadence: training scalars every 2,000 steps, progress lines every 8,000
+        "monitor": {"tensorboard": False, "scalars_every_steps": 2000, "progress_every_steps": 8000},
     }
 
 
@@ -299,6 +314,7 @@ def main() -> None:
     parser.add_argument("--variant", default="SAC-GLAM+HER", choices=["SAC-GLAM+HER", "PPO-GLAM"])
     parser.add_argument("--critic", default="obs_action", choices=["obs_action", "decoded_action"])
     parser.add_argument("--4bit", dest="four_bit", action="store_true", help="4-bit weights (QLoRA)")
+    parser.add_argument("--compile", action="store_true", help="model.compile: the transformer stacks compiled")
     parser.add_argument("--warmup-steps", type=positive, default=160, help="environment steps before measuring")
     parser.add_argument("--steps", type=positive, default=64, help="environment steps timed, then counted")
     parser.add_argument("--busy-steps", type=positive, default=16, help="environment steps profiled on a GPU")
@@ -312,9 +328,13 @@ def main() -> None:
 
             model = save_flan_t5_base_shaped(Path(tmp) / "flan-t5-base-shaped")
         total = args.warmup_steps + 2 * args.steps + args.busy_steps + 8  # past the windows: they all close
-        raw = settings(args.variant, model, args.device, total, Path(tmp) / "run", args.critic, args.four_bit)
+        out = Path(tmp) / "run"
+        raw = settings(args.variant, model, args.device, total, out, args.critic, args.four_bit, args.compile)
         config = parse_config(raw)
-        print(f"hot_loop: {args.variant}, critic {args.critic}, {model}, {args.device}, 4-bit weights {args.four_bit}")
+        print(
+            f"hot_loop: {args.variant}, critic {args.critic}, {model}, {args.device}, 4-bit weights {args.four_bit}, "
+            f"compiled {args.compile}"
+        )
         print(report(measure(config, args.warmup_steps, args.steps, args.busy_steps)))
 
 
