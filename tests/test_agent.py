@@ -253,3 +253,54 @@ def test_shared_prompt_attention_outside_the_scorer_fails_clearly_and_restores_t
         with shared_prompt_attention(model):
             model(input_ids=torch.tensor([[3, 4, 5]]))
     assert model.config._attn_implementation == before
+
+
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+def test_the_masks_the_scorer_makes_are_transformers_own(tiny_models, implementation):
+    """The scorer hands the model 4D masks, made without reading the 2D mask's values (transformers checks whether
+    anything is padded first, which makes a GPU wait at every pass): they must be the masks transformers would make,
+    bidirectional and causal after cached tokens, boolean for SDPA and additive for eager attention."""
+    from transformers.masking_utils import bidirectional_mask_function, causal_mask_function, eager_mask, sdpa_mask
+
+    lm = make_agent(str(tiny_models["tiny-t5"])).lm
+    lm.base_config._attn_implementation = implementation
+    make = {"sdpa": sdpa_mask, "eager": eager_mask}[implementation]
+    padding = (torch.rand(5, 9, generator=torch.Generator().manual_seed(0)) > 0.3).long()
+    padding[:, 0] = 1
+    for causal, queries, past in [(False, 9, 0), (True, 9, 0), (True, 6, 3)]:
+        ours = lm._mask(padding, queries=queries if causal else 1, causal=causal, past=past)
+        theirs = make(
+            batch_size=5,
+            q_length=queries,
+            kv_length=9,
+            q_offset=past,
+            mask_function=causal_mask_function if causal else bidirectional_mask_function,
+            attention_mask=padding.bool(),
+            allow_is_causal_skip=False,
+            allow_is_bidirectional_skip=False,
+            dtype=torch.float32,
+        )
+        assert torch.equal(ours.expand_as(theirs), theirs), (causal, queries, past)
+
+
+@pytest.mark.parametrize("model", ["tiny-t5", pytest.param("tiny-causal", marks=pytest.mark.slow)])
+def test_a_compiled_model_scores_as_the_eager_one(tiny_models, model):
+    """model.compile: the same scores, Q-values and gradients within float tolerance (fused kernels round
+    differently), for the seq2seq and the causal LM (its actions attending to their prompt's keys in place; slow:
+    compiling takes a minute or two on this CPU)."""
+    goals, obs, candidates = env_inputs(n=8, steps=4)
+    outputs = []
+    for compiled in (False, True):
+        agent = make_agent(
+            str(tiny_models[model]), critic=CriticConfig(hidden_units=32), lora=LoraSettings(), compile=compiled
+        )
+        batch = agent.batch(goals, obs, candidates)
+        policy, _ = agent.policy(batch)
+        q = agent.q(batch)
+        grads = torch.autograd.grad(policy.log_probs.sum() + q.sum(), agent.lm.parameters_of())
+        outputs.append((policy.log_probs, q, grads))
+    (eager_logp, eager_q, eager_grads), (logp, q, grads) = outputs
+    torch.testing.assert_close(logp, eager_logp, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(q, eager_q, atol=1e-5, rtol=1e-5)
+    for a, b in zip(grads, eager_grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)

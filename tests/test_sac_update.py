@@ -78,3 +78,68 @@ def assert_same_metrics(new: list[dict], old: list[dict]) -> None:
         for column in a:
             x, y = float(a[column] or "nan"), float(b[column] or "nan")
             assert (math.isnan(x) and math.isnan(y)) or np.isclose(x, y, rtol=1e-4, atol=1e-6), (column, x, y)
+
+
+def loop_polyak(sources, targets, tau):
+    """Polyak averaging one tensor at a time, as before it took one call."""
+    with torch.no_grad():
+        for s, t in zip(sources, targets, strict=True):
+            t.lerp_(s.to(t.dtype), tau)
+
+
+def test_updates_give_the_losses_and_gradients_of_the_path_before_the_host_light_loop(tmp_path, tiny_models):
+    """In float64 on the CPU, three SAC-GLAM+HER updates with the paper's critic and LoRA: the masks the scorer makes
+    against those transformers makes from the 2D masks, fused Adam against its default path, Polyak averaging in
+    one call against one per tensor. Every loss and every gradient is the same."""
+    import sacglam_core.agent.critic as critic_module
+    import sacglam_core.agent.lm as lm_module
+    import sacglam_core.algos.sac as sac_module
+    from sacglam_core.agent import AgentConfig, GlamAgent
+    from sacglam_core.agent.tokens import PromptTokens
+    from sacglam_core.benchmarks.step_cost import random_play
+    from sacglam_core.distributed import init_ranks
+    from sacglam_core.envs.playground import ACTION_VOCABULARY
+    from sacglam_core.evaluation import goal_type_prior
+
+    config = parse_config(
+        {
+            "algorithm": "sac",
+            "model": {"name_or_path": str(tiny_models["tiny-t5"]), "lora": {}},
+            "output_dir": str(tmp_path),
+            "num_envs": 8,
+            "env": {"n_objects": 3, "simplified": True, "max_steps": 8},
+            "her": {"enabled": True},
+            "sac": {"batch_size": 16, "update_every": 8, "warmup_cycles": 0, "critic": {"hidden_units": 32}},
+        }
+    )
+    runs = []
+    for before in (False, True):
+        with pytest.MonkeyPatch.context() as patch:
+            if before:
+                patch.setattr(lm_module.GlamLM, "_mask", lambda self, padding, **_: padding)
+                patch.setattr(sac_module, "adam", lambda params, lr: torch.optim.Adam(params, lr=lr))
+                patch.setattr(critic_module, "polyak", loop_polyak)
+                patch.setattr(lm_module, "polyak", loop_polyak)
+            torch.manual_seed(0)
+            agent = GlamAgent.from_config(AgentConfig(config.model, critic=config.sac.critic), ACTION_VOCABULARY)
+            agent.double()
+            sac = sac_module.SAC(agent, config, init_ranks(), goal_type_prior(config.env))
+            for episode in random_play(PromptTokens(agent.lm.tokenizer), 40, 8, env=config.env).episodes:
+                sac.add(episode)
+            seen, step = [], sac._step
+
+            def recorded(optimizer, params, loss, clip=True, step=step, seen=seen):
+                step(optimizer, params, loss, clip)
+                seen.append((loss.detach(), [p.grad.clone() for p in params if p.grad is not None]))
+
+            sac._step = recorded
+            for _ in range(3):
+                sac._update(env_steps=10**6)
+            runs.append(seen)
+    new, old = runs
+    assert len(new) == len(old) == 9  # critic, actor and alpha, three times
+    for (loss, grads), (old_loss, old_grads) in zip(new, old):
+        assert loss.dtype == torch.float64 and len(grads) == len(old_grads) > 0
+        torch.testing.assert_close(loss, old_loss, rtol=1e-12, atol=1e-12)
+        for a, b in zip(grads, old_grads):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

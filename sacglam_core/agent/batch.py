@@ -43,11 +43,6 @@ class CandidateBatch:
         """`owner` on the host."""
         return [i for i, n in enumerate(self.sizes) for _ in range(n)]
 
-    def to(self, device: torch.device | str) -> CandidateBatch:
-        for name in ("prompt_ids", "prompt_mask", "action_ids", "action_mask", "owner", "counts", "action_index"):
-            setattr(self, name, getattr(self, name).to(device))
-        return self
-
     def slots(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(row, column) of every action in a padded [B, max_candidates] layout."""
         starts = torch.cumsum(self.counts, 0) - self.counts
@@ -65,15 +60,23 @@ class CandidateBatch:
         return torch.arange(self.max_candidates, device=self.counts.device)[None, :] < self.counts[:, None]
 
 
-def pad_rows(rows: list[list[int]], value: int, left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pad token lists to one width; returns ids and the attention mask."""
+def pad_rows(rows: list[list[int]], value: int, left: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Pad token lists to one width; returns ids and the attention mask (int64 arrays)."""
     lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
     width = int(lengths.max())
     columns = np.arange(width)[None, :]
     mask = columns >= (width - lengths)[:, None] if left else columns < lengths[:, None]
     ids = np.full((len(rows), width), value, dtype=np.int64)
     ids[mask] = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
-    return torch.from_numpy(ids), torch.from_numpy(mask.astype(np.int64))
+    return ids, mask.astype(np.int64)
+
+
+def to_device(arrays: list[np.ndarray], device: torch.device | str) -> list[torch.Tensor]:
+    """int64 arrays as tensors on `device`, in one copy: each copy to a GPU is a call and a wait of its own."""
+    flat = torch.from_numpy(np.concatenate([a.ravel() for a in arrays]))
+    if torch.device(device).type == "cuda":
+        flat = flat.pin_memory().to(device, non_blocking=True)  # pinned: the copy need not wait for the host
+    return [part.view(a.shape) for part, a in zip(flat.split([a.size for a in arrays]), arrays)]
 
 
 def collate(
@@ -82,20 +85,24 @@ def collate(
     pad_id: int,
     left_pad_prompts: bool,
     action_index: list[list[int]] | None = None,
+    device: torch.device | str = "cpu",
 ) -> CandidateBatch:
-    """Build a batch from token ids: one prompt and its candidate actions per entry."""
+    """Build a batch on `device` from token ids: one prompt and its candidate actions per entry."""
     if len(prompts) != len(candidates):
         raise ValueError(f"{len(prompts)} prompts but {len(candidates)} candidate lists")
     if any(len(c) == 0 for c in candidates):
         raise ValueError("every prompt needs at least one candidate action")
-    prompt_ids, prompt_mask = pad_rows(prompts, pad_id, left=left_pad_prompts)
     flat = [a for actions in candidates for a in actions]
-    action_ids, action_mask = pad_rows(flat, pad_id)
     sizes = [len(c) for c in candidates]
-    counts = torch.tensor(sizes, dtype=torch.long)
-    owner = torch.repeat_interleave(torch.arange(len(prompts)), counts)
     indices = [i for idx in action_index for i in idx] if action_index else [-1] * len(flat)
-    index = torch.tensor(indices, dtype=torch.long)
-    return CandidateBatch(
-        prompt_ids, prompt_mask, action_ids, action_mask, owner, counts, index, prompts, flat, sizes, min(indices) >= 0
+    tensors = to_device(
+        [
+            *pad_rows(prompts, pad_id, left=left_pad_prompts),
+            *pad_rows(flat, pad_id),
+            np.repeat(np.arange(len(prompts)), sizes),
+            np.asarray(sizes, dtype=np.int64),
+            np.asarray(indices, dtype=np.int64),
+        ],
+        device,
     )
+    return CandidateBatch(*tensors, prompts, flat, sizes, min(indices) >= 0)

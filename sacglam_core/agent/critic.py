@@ -57,6 +57,12 @@ class Critic(nn.Module):
             lm.add_weights(TARGET_WEIGHTS, source=self.weights, trainable=False)
             self.target_weights = TARGET_WEIGHTS
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The heads' dtype, in which Q-values and their targets are computed (fp32 when the LLM computes in 16
+        bits)."""
+        return self.head[0].weight.dtype
+
     def reads_policy_pass(self, target: bool = False) -> bool:
         """Whether Q (online, or target) can be read from the hidden states of a policy pass, with no LLM
         pass of its own: its LLM weights are the policy's and its input is the prompt or the decoded action."""
@@ -87,7 +93,7 @@ class Critic(nn.Module):
             features = features.prompt_hidden if self.config.input == "obs" else features.action_hidden
         if self.config.weights == "shared_frozen":
             features = features.detach()
-        values = head(features.float())
+        values = head(features.to(self.dtype))
         if self.config.input == "obs":
             if not batch.indexed:
                 raise ValueError("critic.input='obs' needs every candidate's index in the action vocabulary")
@@ -111,4 +117,4 @@ class ValueHead(nn.Module):
         self.head = mlp(lm.hidden_size, hidden_units, hidden_layers, 1)
 
     def forward(self, policy_pass: LMOutput) -> torch.Tensor:
-        return self.head(policy_pass.prompt_hidden.float()).squeeze(-1)
+        return self.head(policy_pass.prompt_hidden.to(self.head[0].weight.dtype)).squeeze(-1)

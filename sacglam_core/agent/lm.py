@@ -19,16 +19,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers.masking_utils import (
-    ALL_MASK_ATTENTION_FUNCTIONS,
-    bidirectional_mask_function,
-    causal_mask_function,
-    eager_mask,
-    sdpa_mask,
-)
 from transformers.modeling_outputs import BaseModelOutput
 
-from sacglam_core.agent.batch import CandidateBatch, collate, pad_rows
+from sacglam_core.agent.batch import CandidateBatch, collate, pad_rows, to_device
 from sacglam_core.agent.shared_prompt import SharedPrompt, shared_prompt_attention, supports_shared_prompt
 
 DEFAULT = "default"
@@ -141,32 +134,25 @@ class GlamLM(nn.Module):
 
     # -- batching --------------------------------------------------------------------------------
     def collate(self, prompts: list[list[int]], candidates: list[list[list[int]]], action_index=None) -> CandidateBatch:
-        return collate(
-            prompts, candidates, self.pad_id, left_pad_prompts=not self.seq2seq, action_index=action_index
-        ).to(self.device)
+        return collate(prompts, candidates, self.pad_id, not self.seq2seq, action_index, self.device)
 
     def _mask(self, padding: torch.Tensor, queries: int = 1, causal: bool = False, past: int = 0) -> torch.Tensor:
-        """The 4D attention mask that transformers would make from the 2D `padding` mask [N, keys], for `queries`
-        tokens after `past` cached ones (one query row serves them all when not `causal`). Made here, with
-        transformers' own function, because the model would first check whether any key is padded: a read of the
-        mask that makes the host wait for the GPU at every pass; a 4D mask is used as it is. Flash or flex
-        attention take the 2D mask."""
-        config = self.base_config
-        if ALL_MASK_ATTENTION_FUNCTIONS.get(config._attn_implementation) not in (sdpa_mask, eager_mask):
-            return padding
-        make = ALL_MASK_ATTENTION_FUNCTIONS[config._attn_implementation]
-        return make(
-            batch_size=padding.shape[0],
-            q_length=queries,
-            kv_length=padding.shape[1],
-            q_offset=past,
-            mask_function=causal_mask_function if causal else bidirectional_mask_function,
-            attention_mask=padding.bool(),
-            allow_is_causal_skip=False,
-            allow_is_bidirectional_skip=False,
-            device=padding.device,
-            dtype=self.model.get_input_embeddings().weight.dtype,
-        )
+        """The attention mask for `queries` tokens after `past` cached ones over the keys of the 2D `padding` mask
+        [N, keys], made here in the 4D form the model's attention takes (one query row serves them all when not
+        `causal`): transformers, given the 2D mask, would first check whether any key is padded, a read of the
+        mask that makes the host wait for the GPU at every pass, and build it in a dozen calls more."""
+        implementation = self.base_config._attn_implementation
+        if implementation not in ("sdpa", "eager"):
+            return padding  # flash and flex attention take the 2D mask, the shared-prompt attention its own
+        allowed = padding.bool()[:, None, None, :]  # [N, 1, 1, keys]
+        if causal:
+            keys = torch.arange(padding.shape[1], device=padding.device)
+            seen = keys[None, :] <= torch.arange(past, past + queries, device=padding.device)[:, None]
+            allowed = allowed & seen  # [N, 1, queries, keys]
+        if implementation == "sdpa":
+            return allowed
+        dtype = self.model.get_input_embeddings().weight.dtype
+        return torch.zeros((), dtype=dtype, device=padding.device).masked_fill(~allowed, torch.finfo(dtype).min)
 
     # -- forward passes --------------------------------------------------------------------------
     def score(self, batch: CandidateBatch, hidden: bool = False) -> LMOutput:
@@ -267,13 +253,13 @@ class GlamLM(nn.Module):
         if self.seq2seq:
             eos = [self.tokenizer.eos_token_id] if self.prompt_ends_with_eos else []
             rows = [(p[:-1] if eos else p) + a + eos for p, a in zip(prompts, batch.action_tokens)]
-            ids, mask = (t.to(self.device) for t in pad_rows(rows, self.pad_id))
+            ids, mask = to_device(list(pad_rows(rows, self.pad_id)), self.device)
             start = torch.full_like(ids[:, :1], model.config.decoder_start_token_id)
             mask = self._mask(mask)
             out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=start, output_hidden_states=True)
             return out.decoder_hidden_states[-1][:, 0]
         rows = [p + a for p, a in zip(prompts, batch.action_tokens)]
-        ids, mask = (t.to(self.device) for t in pad_rows(rows, self.pad_id, left=True))
+        ids, mask = to_device(list(pad_rows(rows, self.pad_id, left=True)), self.device)
         positions = (mask.cumsum(1) - 1).clamp(min=0)
         mask = self._mask(mask, queries=ids.shape[1], causal=True)
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, output_hidden_states=True)
@@ -306,6 +292,6 @@ def polyak(sources: list[torch.Tensor], targets: list[torch.Tensor], tau: float)
 
 def _token_logp(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Sum over each row of log p(token) where mask is 1. logits [A, L, V], tokens/mask [A, L]."""
-    logits = logits.float()
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # at least fp32 for the log-softmax
     picked = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
     return (picked * mask).sum(-1)

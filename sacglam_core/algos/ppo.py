@@ -36,6 +36,8 @@ from sacglam_core.distributed import Ranks
 from sacglam_core.envs.playground import ACTION_VOCABULARY
 from sacglam_core.trajectories import Episode, EpisodeRecorder, relabelled
 
+SCORING_CHUNK = 256  # states per pass when a rollout's states are scored with the current weights
+
 
 def gae(
     rewards: np.ndarray, values: np.ndarray, last_value: float, terminal: bool, gamma: float, lam: float
@@ -144,27 +146,51 @@ class PPO:
     def _transitions(self, segments: list[Episode]) -> list[Transition]:
         """Original segments and, with HER, their relabelled copies, with advantages and returns."""
         her = self.config.her
-        data: list[Transition] = []
+        pieces = []  # (segment, whether it is a relabelled copy)
         for segment in segments:
-            data += self._segment_transitions(segment, relabel=False)
+            pieces.append((segment, False))
             if her.enabled:
-                for copy in relabelled(segment, aligned_only=her.aligned_only):
-                    data += self._segment_transitions(copy, relabel=True)
+                pieces += [(copy, True) for copy in relabelled(segment, aligned_only=her.aligned_only)]
+        data: list[Transition] = []
+        for (segment, relabel), (prompts, values, logp) in zip(pieces, self._score_states(pieces)):
+            data += self._segment_transitions(segment, relabel, prompts, values, logp)
         original = sum(s.length for s in segments)
         self.stats.add(her_share=(len(data) - original) / max(len(data), 1))
         return data
 
     @torch.no_grad()
-    def _segment_transitions(self, segment: Episode, relabel: bool) -> list[Transition]:
-        tokens = self.agent.tokens
-        goal = tokens.goal(segment.goal)
-        prompts = [tokens.join(goal, o.tolist()) for o in segment.observations]
-        cands = segment.candidates
-        batch = self.agent.batch_from_ids(
-            prompts, [[self._action_tokens[a] for a in c] for c in cands], [list(c) for c in cands]
-        )
-        policy, out = self.agent.policy(batch, hidden=True)
-        fresh_values = self.agent.value(out).cpu().numpy()  # V(s_t, goal) for t = 0..T with the current weights
+    def _score_states(self, pieces: list[tuple[Episode, bool]]) -> list[tuple[list, np.ndarray, np.ndarray]]:
+        """Each piece's prompts, V(s_t, g) for t = 0..T and log pi(a_t|s_t, g) for t < T with the current weights,
+        the states of all pieces scored together, SCORING_CHUNK at a time: a pass per segment would be dozens of
+        small ones per rollout, each with its own read."""
+        tokens, ids = self.agent.tokens, self._action_tokens
+        prompts, candidates, actions = [], [], []
+        for segment, _ in pieces:
+            goal = tokens.goal(segment.goal)
+            prompts += [tokens.join(goal, o.tolist()) for o in segment.observations]
+            candidates += [list(c) for c in segment.candidates]
+            actions += [*segment.actions, 0]  # s_T has no action: its value alone is read
+        read = []
+        for start in range(0, len(prompts), SCORING_CHUNK):
+            rows = slice(start, start + SCORING_CHUNK)
+            batch = self.agent.batch_from_ids(
+                prompts[rows], [[ids[a] for a in c] for c in candidates[rows]], candidates[rows]
+            )
+            policy, out = self.agent.policy(batch, hidden=True)
+            chosen = torch.as_tensor(actions[rows], device=policy.log_probs.device)
+            logp = policy.log_probs.gather(1, chosen[:, None]).squeeze(1)
+            read.append(torch.stack([self.agent.value(out).float(), logp.float()], 1).cpu().numpy())
+        values, logp = np.concatenate(read).T if read else (np.zeros(0), np.zeros(0))
+        out, start = [], 0
+        for segment, _ in pieces:
+            end = start + segment.length + 1
+            out.append((prompts[start:end], values[start:end], logp[start : end - 1]))
+            start = end
+        return out
+
+    def _segment_transitions(
+        self, segment: Episode, relabel: bool, prompts: list, fresh_values: np.ndarray, new_logp: np.ndarray
+    ) -> list[Transition]:
         values = fresh_values[:-1] if relabel else np.asarray(segment.extras["value"], dtype=np.float32)
         advantages, returns = gae(
             np.asarray(segment.rewards, dtype=np.float32),
@@ -175,8 +201,8 @@ class PPO:
             self.cfg.gae_lambda,
         )
         old_logp = segment.extras["logp"]
-        new_logp = policy.log_probs[torch.arange(segment.length), torch.as_tensor(segment.actions)].cpu().numpy()
         log_probs = segment.extras["log_probs"]
+        cands = segment.candidates
         transitions = []
         for t in range(segment.length):
             r0 = float(np.exp(new_logp[t] - old_logp[t])) if relabel else 1.0

@@ -184,9 +184,9 @@ class SAC:
         self, taken: CandidateBatch, following: CandidateBatch | None, rows: dict, alpha: torch.Tensor
     ) -> None:
         """One step on the n-step TD error (eq. 3) of the taken actions."""
-        agent, device = self.agent, self.agent.lm.device
+        agent, device, dtype = self.agent, self.agent.lm.device, self.agent.critic.dtype
         with torch.no_grad():
-            next_value = torch.zeros(len(rows["reward"]), device=device)
+            next_value = torch.zeros(len(rows["reward"]), device=device, dtype=dtype)
             if following is not None:
                 # A target critic on the policy's own LLM weights reads Q from the pass that gives pi(.|s_{t+n}).
                 next_policy, next_pass = agent.policy(following, hidden=agent.critic.reads_policy_pass(target=True))
@@ -195,8 +195,8 @@ class SAC:
                     next_policy, next_q, alpha
                 )
             target = critic_targets(
-                torch.as_tensor(rows["reward"], device=device),
-                torch.as_tensor(rows["discount"], device=device),
+                torch.as_tensor(rows["reward"], device=device, dtype=dtype),
+                torch.as_tensor(rows["discount"], device=device, dtype=dtype),
                 next_value,
             )
         q_taken = agent.q(taken)[:, 0]

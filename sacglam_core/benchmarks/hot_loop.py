@@ -294,7 +294,7 @@ def settings(
             "device": device,
             "lora": {},
             "load_in_4bit": four_bit,
-            "compile": compiled,
+            **({"compile": True} if compiled else {}),  # left out otherwise: the loop before it existed runs too
         },
         "output_dir": str(out),
         "num_envs": 8,
