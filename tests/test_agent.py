@@ -73,6 +73,12 @@ def test_empty_candidate_list_is_rejected():
         collate([[1, 2]], [[]], 0, False)
 
 
+def test_a_batch_lies_on_the_device_it_was_built_for():
+    """Not only on a GPU: the step-cost benchmark scores on the meta device."""
+    batch = collate([[1, 2]], [[[3], [4, 5]]], 0, False, device="meta")
+    assert {t.device.type for t in (batch.prompt_ids, batch.prompt_mask, batch.action_ids, batch.owner)} == {"meta"}
+
+
 @pytest.mark.parametrize("lora", [None, LoraSettings(r=4)], ids=["full", "lora"])
 @pytest.mark.parametrize(
     "critic_input, weights",

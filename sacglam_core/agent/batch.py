@@ -76,6 +76,8 @@ def to_device(arrays: list[np.ndarray], device: torch.device | str) -> list[torc
     flat = torch.from_numpy(np.concatenate([a.ravel() for a in arrays]))
     if torch.device(device).type == "cuda":
         flat = flat.pin_memory().to(device, non_blocking=True)  # pinned: the copy need not wait for the host
+    else:
+        flat = flat.to(device)
     return [part.view(a.shape) for part, a in zip(flat.split([a.size for a in arrays]), arrays)]
 
 
