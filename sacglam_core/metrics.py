@@ -32,6 +32,7 @@ COLUMNS = [
     "target_policy_entropy",  # SAC: the entropy of softmax(Q / alpha), the policy the actor's loss pulls towards
     "mean_q",
     "q_range",  # SAC: the mean over states of max - min of Q over the candidates
+    "policy_kl",  # KL(pi before an update || pi after it) on the update's states, SAC's actor updates and PPO's
     "her_share",
     "policy_loss",
     "value_loss",

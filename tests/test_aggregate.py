@@ -17,6 +17,7 @@ from sacglam_core.pipeline.aggregate import (
     Experiment,
     area_under_curve,
     curves_mean_std,
+    diagnostics_table,
     iqm,
     load_experiment,
     per_run,
@@ -27,7 +28,7 @@ from sacglam_core.pipeline.aggregate import (
 from sacglam_core.pipeline.claims import check, random_success
 from sacglam_core.pipeline.claims import main as claims_main
 from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load_definitions
-from sacglam_core.pipeline.figures import curves_figure
+from sacglam_core.pipeline.figures import curves_figure, diagnostics_figure
 from sacglam_core.pipeline.outputs import expected_outputs, write_experiment_results
 from sacglam_core.pipeline.outputs import main as outputs_main
 from sacglam_core.pipeline.tables import DIFFERS, hyperparameters, summary_markdown
@@ -52,11 +53,11 @@ STEPS = [0, 100, 200, 300, 400]
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def write_run(run: Run, success: list[float], finished: bool = True) -> None:
+def write_run(run: Run, success: list[float], finished: bool = True, **columns: list[float]) -> None:
     run.directory.mkdir(parents=True, exist_ok=True)
     rows = []
     for i, (step, s) in enumerate(zip(STEPS, success)):
-        row = dict.fromkeys(COLUMNS, "")
+        row = dict.fromkeys(COLUMNS, "") | {column: values[i] for column, values in columns.items()}
         row |= {"env_steps": step, "wall_seconds": 36.0 * i, "train_seconds": 30.0 * i, "eval_success": s,
                 "eval_success_grasp": s,
                 "eval_success_grow": s / 2, "eval_success_test": s / 4, "her_share": 0.1 * i}  # fmt: skip
@@ -126,6 +127,46 @@ def test_figure_2s_axis_labels_fit_their_panels(experiment_dir):
         assert panel.y0 - margin <= y_label.y0 and y_label.y1 <= panel.y1 + margin, ax.get_ylabel()
         for label in (x_label, y_label):
             assert page.x0 <= label.x0 and label.x1 <= page.x1 and page.y0 <= label.y0 and label.y1 <= page.y1
+
+
+def test_the_success_band_is_mean_and_std_within_0_and_1(experiment_dir):
+    _, runs = experiment_dir
+    figure = curves_figure(load_experiment("demo", runs), {}, "Figure 2")  # PPO at 100: 0.1 and 0.2, mean 0.15
+    bands = [np.concatenate([p.vertices for p in band.get_paths()]) for band in figure.axes[0].collections]
+    assert min(b[:, 1].min() for b in bands) == 0.0 and max(b[:, 1].max() for b in bands) <= 1.0
+    assert "the band clipped to [0, 1]" in figure._suptitle.get_text()
+    her = curves_figure(load_experiment("demo", runs), {"y": "her_share"}, "Figure 7")
+    assert "clipped" not in her._suptitle.get_text()
+
+
+def test_diagnostics_per_run_and_per_variant(experiment_dir):
+    """A seed that collapses and one that learns: the table keeps each run's lowest success and largest KL."""
+    _, runs = experiment_dir
+    diagnostics = {
+        0: {"policy_kl": [float("nan"), 0.5, 2.0, 0.1, 0.1], "entropy": [1.0, 0.5, 0.01, 0.01, 0.01],
+            "alpha": [0.05] * 5,
+            "target_policy_entropy": [1.0, 0.1, 0.0, 0.0, 0.0], "q_range": [0.1, 1.0, 2.0, 2.0, 2.0]},
+        1: {"policy_kl": [float("nan"), 0.01, 0.02, 0.03, 0.02], "entropy": [1.0, 0.9, 0.8, 0.7, 0.6],
+            "alpha": [0.05] * 5,
+            "target_policy_entropy": [1.0, 0.8, 0.8, 0.7, 0.7], "q_range": [0.1, 0.2, 0.3, 0.3, 0.3]},
+    }  # fmt: skip
+    for run in runs:
+        if run.variant == "SAC+HER" and run.seed in diagnostics:
+            write_run(
+                run, [0.3, 0.0, 0.0, 0.1, 0.2] if run.seed == 0 else [0.3, 0.4, 0.5, 0.6, 0.7], **diagnostics[run.seed]
+            )
+    table = diagnostics_table(load_experiment("demo", runs)).set_index(["variant", "seed"])
+    collapsed, healthy = table.loc[("SAC+HER", 0)], table.loc[("SAC+HER", 1)]
+    assert (collapsed["start_success"], collapsed["lowest_success"], collapsed["final_success"]) == (0.3, 0.0, 0.2)
+    assert collapsed["policy_kl_max"] == 2.0 and collapsed["policy_kl_mean"] == pytest.approx(2.7 / 4)
+    assert collapsed["entropy_final"] == 0.01 and healthy["target_policy_entropy_final"] == 0.7
+    mean = table.loc[("SAC+HER", "mean")]
+    seeds = table.loc["SAC+HER"].drop(index="mean")
+    assert mean["lowest_success"] == pytest.approx(seeds["lowest_success"].mean())
+    assert math.isnan(table.loc[("PPO", "mean"), "q_range_final"])  # no diagnostics written: left empty, not 0
+    figure = diagnostics_figure(load_experiment("demo", runs))
+    titles = [ax.get_title() for ax in figure.axes if ax.get_visible()]
+    assert titles[0] == "success rate" and any(t.startswith("KL") for t in titles) and "SAC: alpha" in titles
 
 
 def test_auc_and_steps_to_threshold():

@@ -1,5 +1,6 @@
 """SAC-GLAM and PPO-GLAM updates on the tiny model: the critic warm-up and the optimizer steps."""
 
+import dataclasses
 import math
 import random
 
@@ -186,3 +187,64 @@ def test_fp16_updates_scale_the_loss_of_fp32_trained_weights(tiny_models, model_
     agent = GlamAgent.from_config(AgentConfig(ppo_config.model, value_head=True), ACTION_VOCABULARY)
     ppo = PPO(agent, ppo_config, Ranks())
     assert ppo.scaler.is_enabled() == scaled and bool(ppo.state_dict()["scaler"]) == scaled
+
+
+@pytest.mark.parametrize("every", [1, 0])
+def test_the_policy_kl_of_an_actor_update_is_measured_on_its_batch_and_changes_nothing(tiny_models, every):
+    import copy
+
+    def trained(every: int):
+        algo = sac_on_tiny(tiny_models["tiny-t5"], warmup_cycles=0, updates_per_cycle=1)
+        algo.config = dataclasses.replace(
+            algo.config, monitor=dataclasses.replace(algo.config.monitor, policy_kl_every=every)
+        )
+        seen, actor_update = [], algo._actor_update
+        algo._actor_update = lambda current, alpha: (
+            seen.append((copy.deepcopy(algo.agent), current)),
+            actor_update(current, alpha),
+        )
+        algo.update(None, env_steps=10_000)
+        return algo, seen[0]
+
+    algo, (before, batch) = trained(every)
+    plain, _ = trained(0)
+    assert all(torch.equal(a, b) for a, b in zip(algo.agent.lm.model.parameters(), plain.agent.lm.model.parameters()))
+    stats = algo.pop_stats()
+    if not every:
+        assert "policy_kl" not in stats
+        return
+    with torch.no_grad():
+        expected = before.policy(batch)[0].kl(algo.agent.policy(batch)[0]).mean().item()
+    assert expected > 0 and stats["policy_kl"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_ppo_measures_the_kl_of_an_update_on_the_rollouts_own_states(tiny_models):
+    config = run_config(
+        tiny_models["tiny-causal"],
+        "ppo",
+        ppo={"rollout_steps": 64, "minibatch_size": 32, "epochs": 2},
+        her={"enabled": True},
+    )
+    torch.manual_seed(0)
+    agent = GlamAgent.from_config(AgentConfig(config.model, value_head=True), ACTION_VOCABULARY)
+    algo = PPO(agent, config, Ranks())
+    episodes, recorder = rollout(agent, config, algo=algo)
+    for episode in episodes:
+        algo.add(episode)
+    own = [s for s in algo.segments + recorder.cut()]
+    algo.segments = own
+    algo.update(EpisodeRecorder(agent.tokens), env_steps=64)
+    states = [(t.prompt, t.candidates, t.old_log_probs) for t in algo._transitions(own) if not t.relabelled]
+    assert len(states) == sum(s.length for s in own) < len(algo._transitions(own))  # hindsight copies left out
+    with torch.no_grad():
+        batch = agent.batch_from_ids(
+            [p for p, _, _ in states],
+            [[agent.tokens.action(ACTION_VOCABULARY[a]) for a in c] for _, c, _ in states],
+            [list(c) for _, c, _ in states],
+        )
+        after = agent.policy(batch)[0]
+    before = after.log_probs.new_zeros(after.log_probs.shape)
+    for row, (_, _, log_probs) in enumerate(states):
+        before[row, : len(log_probs)] = torch.as_tensor(log_probs)
+    expected = (before.exp() * after.mask * (before - after.log_probs)).sum(1).mean().item()
+    assert expected > 0 and algo.pop_stats()["policy_kl"] == pytest.approx(expected, rel=1e-4)

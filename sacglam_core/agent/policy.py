@@ -32,6 +32,10 @@ class CandidateDistribution:
     def entropy(self) -> torch.Tensor:
         return -(self.probs * self.log_probs).sum(1)
 
+    def kl(self, other: CandidateDistribution) -> torch.Tensor:
+        """KL(self || other) per prompt, over the same candidates."""
+        return (self.probs * (self.log_probs - other.log_probs)).sum(1)
+
     def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
         """One candidate column per prompt, drawn and returned where `generator` lives (the trainer's and the
         evaluation's are CPU generators, so a run draws the same actions on a GPU as on a CPU, and the host has

@@ -94,6 +94,7 @@ class Transition:
     ret: float
     old_value: float  # V(s_t) the advantage was computed with (the centre of the value clip)
     r0: float = 1.0  # first-epoch ratio (centre of the clip when center_clip)
+    relabelled: bool = False  # a hindsight copy, under a goal the behaviour policy did not pursue
 
 
 class PPO:
@@ -141,7 +142,29 @@ class PPO:
             for k in range(self.minibatches):  # the same number of steps on every rank
                 chunk = [data[i] for i in order[k * per_batch : (k + 1) * per_batch]] or [data[order[0]]]
                 self._minibatch_step(chunk)
+        every = self.config.monitor.policy_kl_every
+        if every and self.updates % every == 0:
+            self._policy_kl([t for t in data if not t.relabelled])
         self.updates += 1
+
+    @torch.no_grad()
+    def _policy_kl(self, data: list[Transition]) -> None:
+        """KL(pi before the update || pi after it) on the rollout's states under their own goals, where the policy
+        before the update is the one that acted (`old_log_probs`)."""
+        kl = []
+        for start in range(0, len(data), SCORING_CHUNK):
+            chunk = data[start : start + SCORING_CHUNK]
+            batch = self.agent.batch_from_ids(
+                [t.prompt for t in chunk],
+                [[self._action_tokens[a] for a in t.candidates] for t in chunk],
+                [list(t.candidates) for t in chunk],
+            )
+            after, _ = self.agent.policy(batch)
+            before = torch.as_tensor(np.concatenate([t.old_log_probs for t in chunk]), device=after.log_probs.device)
+            before = CandidateDistribution(batch.pad(before.to(after.log_probs.dtype)), after.mask)
+            kl.append(before.kl(after))
+        if kl:
+            self.stats.add(policy_kl=torch.cat(kl).mean())
 
     def _transitions(self, segments: list[Episode]) -> list[Transition]:
         """Original segments and, with HER, their relabelled copies, with advantages and returns."""
@@ -217,6 +240,7 @@ class PPO:
                     returns[t],
                     float(values[t]),
                     r0,
+                    relabel,
                 )
             )
         return transitions
@@ -245,7 +269,7 @@ class PPO:
             old = CandidateDistribution(
                 batch.pad(torch.tensor(np.concatenate([t.old_log_probs for t in chunk]), device=device)), policy.mask
             )
-            kl = (old.probs * (old.log_probs - policy.log_probs)).sum(1)
+            kl = old.kl(policy)
             pg_loss = kl_penalised(ratio, advantages, kl, cfg.kl_coef)
             self.stats.add(kl=kl.mean())
         returns = torch.tensor([t.ret for t in chunk], device=device)

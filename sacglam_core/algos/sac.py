@@ -214,6 +214,11 @@ class SAC:
         self._step(self.actor_optimizer, self.actor_params, loss)
         self.actor_schedule.step()
         self.stats.add(actor_loss=loss, entropy=policy.entropy().mean(), **target_statistics(policy, q_all, alpha))
+        every = self.config.monitor.policy_kl_every
+        if every and self.updates % every == 0:
+            with torch.no_grad():
+                after, _ = agent.policy(current)
+                self.stats.add(policy_kl=policy.kl(after).mean())
         if self.cfg.autotune_alpha:
             self._step(
                 self.alpha_optimizer,

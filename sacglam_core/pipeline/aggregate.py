@@ -264,6 +264,35 @@ def summary_table(experiment: Experiment) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# What explains a collapse or a steady climb (docs/demo.md): the actor's step size, the policy's entropy, and for
+# SAC the target its loss pulls towards (softmax(Q / alpha): its entropy, the critic's spread of Q, alpha).
+DIAGNOSTICS = ("policy_kl", "entropy", "target_policy_entropy", "q_range", "alpha")
+
+
+def diagnostics_table(experiment: Experiment) -> pd.DataFrame:
+    """One row per run, then one per variant (seed `mean`, the mean over its seeds): the success at the start, its
+    lowest after the start and at the end; each diagnostic's mean over the run's rows and its last value; the
+    largest policy KL of a metrics row (the mean of the updates between two evaluations)."""
+    rows = []
+    for (variant, seed), run in experiment.curves.groupby(["variant", "seed"], sort=False):
+        success = run["eval_success"].to_numpy(float)
+        row = {"variant": variant, "seed": seed, "start_success": success[0], "final_success": success[-1]}
+        row["lowest_success"] = float(success[1:].min()) if len(success) > 1 else np.nan
+        for column in DIAGNOSTICS:
+            values = pd.to_numeric(run[column], errors="coerce").dropna() if column in run else pd.Series(dtype=float)
+            row[f"{column}_mean"] = float(values.mean()) if len(values) else np.nan
+            row[f"{column}_final"] = float(values.iloc[-1]) if len(values) else np.nan
+        kl = pd.to_numeric(run["policy_kl"], errors="coerce").dropna() if "policy_kl" in run else pd.Series(dtype=float)
+        row["policy_kl_max"] = float(kl.max()) if len(kl) else np.nan
+        rows.append(row)
+    runs = pd.DataFrame(rows)
+    if runs.empty:
+        return runs
+    means = runs.drop(columns="seed").groupby("variant", sort=False).mean().reset_index()
+    means.insert(1, "seed", "mean")
+    return pd.concat([runs.astype({"seed": object}), means], ignore_index=True)
+
+
 def curves_mean_std(experiment: Experiment, metric: str = "eval_success", x: str = "env_steps") -> pd.DataFrame:
     """Mean and std across seeds of `metric` at each evaluation point (x: env_steps, or wall hours
     averaged over the seeds at that evaluation)."""

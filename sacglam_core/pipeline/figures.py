@@ -1,5 +1,6 @@
 """The paper's figures with seaborn: success curves (mean and std across seeds) in each experiment's
-layout, the HER share (Figure 7) and the goal-type distribution (Figure 4)."""
+layout, the HER share (Figure 7) and the goal-type distribution (Figure 4); and each experiment's diagnostics,
+run by run."""
 
 from __future__ import annotations
 
@@ -26,6 +27,19 @@ X_LABELS = {
     "train_minutes": f"training time (minutes)\n{TRAINING_TIME}",
 }
 Y_LABELS = {"eval_success": "success rate", "her_share": "share of HER transitions in the buffer"}
+DIAGNOSTIC_PANELS = {  # column -> title
+    "eval_success": "success rate",
+    "policy_kl": "KL(pi before || pi after) per update",
+    "entropy": "entropy of pi (nats)",
+    "target_policy_entropy": "SAC: entropy of softmax(Q / alpha)",
+    "q_range": "SAC: max - min of Q over the candidates",
+    "alpha": "SAC: alpha",
+}
+
+
+def is_rate(metric: str) -> bool:
+    """A success rate, which lies in [0, 1]."""
+    return metric.endswith("success") or "_success_" in metric
 
 
 def curves_figure(experiment: Experiment, spec: dict, title: str) -> plt.Figure:
@@ -51,15 +65,52 @@ def curves_figure(experiment: Experiment, spec: dict, title: str) -> plt.Figure:
                 continue
             color = palette[variant]
             ax.plot(mine["x"], mine["mean"], color=color, label=experiment.label(variant))
-            spread = mine["std"].fillna(0)
-            ax.fill_between(mine["x"], mine["mean"] - spread, mine["mean"] + spread, color=color, alpha=0.2)
+            low, high = mine["mean"] - mine["std"].fillna(0), mine["mean"] + mine["std"].fillna(0)
+            if is_rate(metric):  # seeds split between collapse and learning would put mean - std below 0
+                low, high = low.clip(0, 1), high.clip(0, 1)
+            ax.fill_between(mine["x"], low, high, color=color, alpha=0.2)
         ax.set_xlabel(X_LABELS[x])
         ax.set_ylabel(Y_LABELS.get(metric, metric))
         ax.set_title(name)
         ax.legend(fontsize=8, loc="best")
     note = experiment.missing_note()
     note = f"\n{note[0].lower()}{note[1:]}" if note else ""
-    fig.suptitle(f"{title} ({experiment.name}): mean and std across seeds{note}", fontsize=10)
+    band = "mean and std across seeds" + (", the band clipped to [0, 1]" if is_rate(metric) else "")
+    fig.suptitle(f"{title} ({experiment.name}): {band}{note}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def diagnostics_figure(experiment: Experiment) -> plt.Figure:
+    """What moves each variant, run by run against environment steps: success, the policy's KL per update and
+    entropy, and for SAC the target of its actor's loss (softmax(Q / alpha)'s entropy, Q's spread, alpha). Thin
+    lines are seeds (a mean hides a seed that collapses), the thick line their mean."""
+    curves = experiment.curves
+    panels = [c for c in DIAGNOSTIC_PANELS if c in curves and pd.to_numeric(curves[c], errors="coerce").notna().any()]
+    panels = panels or ["eval_success"]
+    columns = min(3, len(panels))
+    rows = -(-len(panels) // columns)
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 3.6 * rows), squeeze=False)
+    palette = dict(zip(experiment.variants, sns.color_palette("tab10", len(experiment.variants))))
+    for ax, column in zip(axes.flat, panels):
+        for variant in experiment.variants:
+            mine = curves[curves["variant"] == variant]
+            values = mine.assign(y=pd.to_numeric(mine[column], errors="coerce")).dropna(subset=["y"])
+            if values.empty:
+                continue
+            for _, run in values.groupby("seed"):
+                ax.plot(run["env_steps"], run["y"], color=palette[variant], alpha=0.35, linewidth=0.8)
+            mean = values.groupby("env_steps")["y"].mean()
+            ax.plot(mean.index, mean.to_numpy(), color=palette[variant], linewidth=2, label=experiment.label(variant))
+        if column in ("policy_kl", "alpha") and (pd.to_numeric(curves[column], errors="coerce") > 0).any():
+            ax.set_yscale("log")
+        ax.set_title(DIAGNOSTIC_PANELS[column], fontsize=10)
+        ax.set_xlabel(X_LABELS["env_steps"])
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=8, loc="best")
+    fig.suptitle(f"Diagnostics ({experiment.name}): each seed (thin) and their mean (thick)", fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -21,7 +21,8 @@ from sacglam_core.pipeline.experiments import DEFINITION_FILES, ExperimentError,
 if TYPE_CHECKING:
     from sacglam_core.pipeline.aggregate import Experiment
 
-TABLES = ("summary", "iqm", "probability_of_improvement", "hyperparameters")
+TABLES = ("summary", "iqm", "probability_of_improvement", "hyperparameters", "diagnostics")
+DIAGNOSTICS_FIGURE = "diagnostics"
 
 
 def figure_specs(definition: dict) -> dict[str, dict]:
@@ -31,13 +32,14 @@ def figure_specs(definition: dict) -> dict[str, dict]:
 
 def expected_outputs(name: str, definition: dict, results: Path) -> list[Path]:
     out = Path(results) / name
-    figures = [out / f"{stem}{suffix}" for stem in figure_specs(definition) for suffix in (".png", ".pdf")]
+    stems = [*figure_specs(definition), DIAGNOSTICS_FIGURE]
+    figures = [out / f"{stem}{suffix}" for stem in stems for suffix in (".png", ".pdf")]
     return figures + [out / f"{table}{suffix}" for table in TABLES for suffix in (".csv", ".md")]
 
 
 def write_experiment_results(experiment: Experiment, definition: dict, results: Path) -> list[Path]:
     """Figures and tables of the experiment's usable runs (missing and left-out seeds are said, not fatal)."""
-    from sacglam_core.pipeline.figures import curves_figure, write_figure
+    from sacglam_core.pipeline.figures import curves_figure, diagnostics_figure, write_figure
     from sacglam_core.pipeline.tables import write_tables
 
     out = Path(results) / experiment.name
@@ -46,6 +48,7 @@ def write_experiment_results(experiment: Experiment, definition: dict, results: 
     for stem, spec in figure_specs(definition).items():
         title = stem.replace("figure", "Figure ") if stem.startswith("figure") and stem[6:].isdigit() else stem
         paths += write_figure(curves_figure(experiment, spec, title), out / stem)
+    paths += write_figure(diagnostics_figure(experiment), out / DIAGNOSTICS_FIGURE)
     return paths + write_tables(experiment, out)
 
 

@@ -12,7 +12,13 @@ import pandas as pd
 
 from sacglam_core.atomic import write_text
 from sacglam_core.config import RunConfig, parse_config
-from sacglam_core.pipeline.aggregate import GOAL_TYPE_COLUMNS, Experiment, robust_table, summary_table
+from sacglam_core.pipeline.aggregate import (
+    GOAL_TYPE_COLUMNS,
+    Experiment,
+    diagnostics_table,
+    robust_table,
+    summary_table,
+)
 from sacglam_core.pipeline.experiments import merge
 
 PPO_TABLE = [  # paper Table 1: (row, config path)
@@ -238,4 +244,11 @@ def write_tables(experiment: Experiment, out: Path) -> list[Path]:
         f"documented defaults (sacglam_core/config.py). Settings in bold (named in `{DIFFERS}`) differ from it."
     )
     paths += write_table(table, out / "hyperparameters", hyperparameters_markdown(table), note=note)
-    return paths
+    note = (
+        "Per run, then per variant (seed `mean`). Success: at step 0, the lowest after it, the last. Each diagnostic's "
+        "mean over the metrics rows (each the mean of the updates since the previous row) and its last value: "
+        "`policy_kl`, KL(pi before an update || pi after it) on the update's states; `entropy` of pi; SAC: "
+        "`target_policy_entropy`, the entropy of softmax(Q / alpha), `q_range`, max - min of Q over a state's "
+        "candidates, and `alpha`."
+    )
+    return paths + write_table(diagnostics_table(experiment), out / "diagnostics", note=note)
