@@ -15,6 +15,7 @@ returns, so a second trainer on the same directory is refused at start.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import sys
 import threading
@@ -244,8 +245,14 @@ class Trainer:
         return gpus | {"cpu_name": cpu_name(), "cpu_kernels": torch.backends.cpu.get_cpu_capability()}
 
     def _as_run(self) -> dict:
-        """Settings resolved at run time (for the hyperparameter tables): compute dtype, LoRA's modules."""
-        return {"dtype": self.agent.compute_dtype, "lora_target_modules": lora_target_modules(self.agent.lm.model)}
+        """Settings resolved at run time (for the hyperparameter tables): compute dtype, LoRA's modules; and the
+        SHA-256 of the weights a local model folder held (a hub model's pinned revision says which it is)."""
+        weights = Path(self.config.model.name_or_path) / "model.safetensors"
+        return {
+            "dtype": self.agent.compute_dtype,
+            "lora_target_modules": lora_target_modules(self.agent.lm.model),
+            "model_sha256": hashlib.sha256(weights.read_bytes()).hexdigest() if weights.is_file() else None,
+        }
 
     def _should_stop(self, stop_at_steps: int | None, stop: threading.Event | None) -> bool:
         requested = stop is not None and stop.is_set()

@@ -16,6 +16,7 @@ from sacglam_core.agent.tokens import PromptTokens
 from sacglam_core.config import LoraSettings, ModelConfig
 from sacglam_core.cpu import KERNELS
 from sacglam_core.envs import VectorPlayground, prompt
+from sacglam_core.models import tiny
 from sacglam_core.models.corpus import corpus
 from sacglam_core.models.loading import (
     ModelNotFoundError,
@@ -24,7 +25,19 @@ from sacglam_core.models.loading import (
     lora_target_modules,
     resolve_dtype,
 )
-from sacglam_core.models.tiny import TINY_PRETRAINED, TinySpec, pretrain_language, pretrain_prior, tiny_causal, tiny_t5
+from sacglam_core.models.tiny import (
+    SHIPPED,
+    TINY_CAUSAL,
+    TINY_PRETRAINED,
+    ShippedWeightsError,
+    TinySpec,
+    build_pretrained,
+    pretrain_language,
+    pretrain_prior,
+    sha256,
+    tiny_causal,
+    tiny_t5,
+)
 from sacglam_core.models.tokenizer import build_tokenizer
 
 
@@ -76,6 +89,52 @@ def test_tiny_build_gives_the_same_bytes_in_another_process(tiny_models, tmp_pat
         assert ours.read_bytes() == theirs.read_bytes(), name
 
 
+def kernels_of_this_cpu() -> list[str]:
+    """The ATen kernels this CPU can run, from the oldest instruction set to its best."""
+    order = ["default", "avx2", "avx512"]
+    best = torch.backends.cpu.get_cpu_capability().lower()
+    return order[: order.index(best) + 1] if best in order else ["default"]
+
+
+def test_every_kernel_of_the_cpu_builds_the_same_models(tiny_models, tmp_path):
+    """The demo's causal LMs are the shipped bytes whatever kernels a process runs; their folders (config, tokenizer)
+    are the same files too."""
+    folders = []
+    for kernel in kernels_of_this_cpu():
+        env = {**os.environ, "ATEN_CPU_CAPABILITY": kernel}
+        command = [sys.executable, "-m", "sacglam_core.models", "build-pretrained", str(tmp_path / kernel)]
+        subprocess.run(command, check=True, capture_output=True, env=env)
+        folders.append(tmp_path / kernel / TINY_PRETRAINED)
+    for folder in folders:
+        assert sha256(folder / "model.safetensors") == SHIPPED[TINY_PRETRAINED], folder
+        for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+            assert (folder / name).read_bytes() == (folders[0] / name).read_bytes(), (folder, name)
+    assert sha256(tiny_models[TINY_CAUSAL] / "model.safetensors") == SHIPPED[TINY_CAUSAL]
+
+
+@pytest.mark.parametrize("damage", ["flipped byte", "missing"])
+def test_a_damaged_shipped_file_stops_the_build_in_one_line(tmp_path, monkeypatch, capsys, damage):
+    from sacglam_core.models.__main__ import main
+
+    weights = tmp_path / "weights"
+    shutil.copytree(tiny.WEIGHTS, weights)
+    target = weights / f"{TINY_PRETRAINED}.safetensors"
+    if damage == "missing":
+        target.unlink()
+    else:
+        data = bytearray(target.read_bytes())
+        data[len(data) // 2] ^= 1
+        target.write_bytes(bytes(data))
+    monkeypatch.setattr(tiny, "WEIGHTS", weights)
+    assert main(["build-pretrained", str(tmp_path / "models")]) == 1
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and str(target) in error and "git checkout" in error
+    assert ("SHA-256" in error) == (damage == "flipped byte")
+    assert not (tmp_path / "models").exists() or not any((tmp_path / "models").iterdir())  # nothing half-written
+    with pytest.raises(ShippedWeightsError):
+        build_pretrained(tmp_path / "models")
+
+
 def test_language_pretraining_is_reproducible():
     spec = TinySpec(lm_epochs=1, lm_batch=16)
     lines = corpus(spec.seed)[:64]
@@ -91,11 +150,12 @@ def test_language_pretraining_is_reproducible():
 
 @pytest.mark.slow
 def test_pretrained_build_gives_the_same_bytes_in_two_processes_at_once(tmp_path):
-    """The command the workflow runs, twice at once with the default thread count (about 10 minutes on 2 cores)."""
+    """The training build (`--train`), twice at once with the default thread count (about 10 minutes on 2 cores): the
+    same weights in both, and the same other files as the shipped build's."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     builds = [
         subprocess.Popen(
-            [sys.executable, "-m", "sacglam_core.models", "build-pretrained", str(tmp_path / str(i))],
+            [sys.executable, "-m", "sacglam_core.models", "build-pretrained", str(tmp_path / str(i)), "--train"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -109,6 +169,9 @@ def test_pretrained_build_gives_the_same_bytes_in_two_processes_at_once(tmp_path
     first, second = (tmp_path / str(i) / TINY_PRETRAINED for i in range(2))
     for name in ("model.safetensors", "tokenizer.json"):
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    shipped = build_pretrained(tmp_path / "shipped")
+    for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+        assert (first / name).read_bytes() == (shipped / name).read_bytes(), name
 
 
 def test_tiny_models_load_offline_and_start_near_the_uniform_policy(tiny_path):

@@ -1,6 +1,7 @@
 """The training loop end to end on the tiny models: runs, metrics, resume equality, bad input, 2 ranks."""
 
 import csv
+import hashlib
 import importlib.util
 import json
 import os
@@ -92,6 +93,8 @@ def test_run_writes_metrics_config_and_done_marker(reference):
     assert done["dtype"] == "float32" and done["lora_target_modules"] is None  # as run: auto is float32 on CPU
     assert done["gpus"] == 0 and done["cpu_name"]  # which CPU type made these numbers, and with which kernels
     assert done["cpu_kernels"] == ("AVX2" if platform.machine() == "x86_64" else done["cpu_kernels"])
+    model = Path(yaml.safe_load((out / "config.yaml").read_text())["model"]["name_or_path"])
+    assert done["model_sha256"] == hashlib.sha256((model / "model.safetensors").read_bytes()).hexdigest()
     assert done["train_seconds"] == train_seconds[-1] < done["wall_seconds"]
     assert yaml.safe_load((out / "config.yaml").read_text())["her"]["enabled"] is True
     ppo = rows(reference["ppo_clip_her"])[-1]

@@ -1,9 +1,13 @@
-"""Command line: `python -m sacglam_core.models build-tiny <dir>`, `... build-pretrained <dir>`,
-`... prior <model-dir> [--targets FILE]` and `... stage <hub-id> --cache-dir <dir> [--revision <commit>]`."""
+"""Command line: `python -m sacglam_core.models build-tiny <dir> [--train]`, `... build-pretrained <dir> [--train]`,
+`... prior <model-dir> [--targets FILE]` and `... stage <hub-id> --cache-dir <dir> [--revision <commit>]`.
+
+The builds write the shipped weights of the causal LMs (checked against their SHA-256); `--train` trains them
+again and says whether this CPU gives the shipped bytes."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -12,9 +16,11 @@ def main(argv: list[str] | None = None) -> int:
     tiny = commands.add_parser("build-tiny", help="build the tiny T5 and causal LM offline (deterministic)")
     tiny.add_argument("out_dir")
     tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--train", action="store_true", help="train tiny-causal instead of writing the shipped weights")
     pretrained = commands.add_parser("build-pretrained", help="build the tiny causal LM pre-trained on language")
     pretrained.add_argument("out_dir")
     pretrained.add_argument("--seed", type=int, default=0)
+    pretrained.add_argument("--train", action="store_true", help="train it instead of writing the shipped weights")
     prior = commands.add_parser("prior", help="a model's zero-shot policy on the demo's task, against its targets")
     prior.add_argument("model", help="a local model folder, e.g. resources/models/tiny-causal-pretrained")
     prior.add_argument("--targets", default="workflow/config/prior_targets.yaml")
@@ -34,12 +40,27 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if args.command in ("build-tiny", "build-pretrained"):
-        from sacglam_core.models.tiny import TinySpec, build_pretrained, build_tiny
+        from sacglam_core.models.tiny import (
+            SHIPPED,
+            ShippedWeightsError,
+            TinySpec,
+            build_pretrained,
+            build_tiny,
+            sha256,
+        )
 
         # One thread: multi-threaded float reductions differ from process to process, and so would the weights.
         torch.set_num_threads(1)
         build = build_tiny if args.command == "build-tiny" else build_pretrained
-        build(args.out_dir, TinySpec(seed=args.seed))
+        try:
+            built = build(args.out_dir, TinySpec(seed=args.seed), train=args.train)
+        except ShippedWeightsError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+        for path in built.values() if isinstance(built, dict) else [built]:
+            if args.train and args.seed == 0 and path.name in SHIPPED:
+                same = sha256(path / "model.safetensors") == SHIPPED[path.name]
+                print(f"{path.name}: {'the same bytes as' if same else 'other bytes than'} the shipped weights")
     else:
         from sacglam_core.models.prior import report
 

@@ -11,13 +11,19 @@ uniform distribution over the candidates of prompts from random play. They then 
 (taxonomy, colours, affordances in prose, definitions, scenes and selection tasks of other domains, no
 solution of the task), meant to give a prior like a pre-trained LLM's: `python -m sacglam_core.models prior`
 measures it (docs/prior.md).
-Everything is seeded and runs on one thread, so a build is reproducible.
+
+Everything is seeded and runs on one thread, so a build is reproducible on one kind of CPU; another CPU's float
+kernels (MKL's above all) round differently and train other weights. So the project ships the two causal LMs'
+weights (`weights/`, with their SHA-256), and a build writes those unless asked to train (`train=True`): every
+machine then runs the demo from the same bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
+import shutil
 from pathlib import Path
 
 import torch
@@ -32,6 +38,36 @@ from sacglam_core.settings import settings
 TINY_T5 = "tiny-t5"
 TINY_CAUSAL = "tiny-causal"
 TINY_PRETRAINED = "tiny-causal-pretrained"
+WEIGHTS = Path(__file__).with_name("weights")
+# SHA-256 of the shipped model.safetensors files, as `--train` builds made them on an Intel Xeon (AVX-512) machine
+# of this project's kind, with the kernels pinned as every entry point pins them (sacglam_core/cpu.py).
+SHIPPED = {
+    TINY_CAUSAL: "1e56247e236a4baf1963c5b03dd99a0cf0f6bea13d962e9e06ac48e1f18309c0",
+    TINY_PRETRAINED: "ccf16e4b07e1288059e661fd42a3e8c77a7c51228923a538765f673838bbbf99",
+}
+
+
+class ShippedWeightsError(RuntimeError):
+    """A shipped weights file is missing or is not the one the project committed."""
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def shipped_weights(name: str) -> Path:
+    """The shipped weights of `name`, after checking their SHA-256."""
+    path = WEIGHTS / f"{name}.safetensors"
+    try:
+        digest = sha256(path)
+    except OSError as error:
+        raise ShippedWeightsError(f"{path}: {error.strerror}: restore it with `git checkout -- {path}`") from None
+    if digest != SHIPPED[name]:
+        raise ShippedWeightsError(
+            f"{path}: SHA-256 {digest[:16]}..., expected {SHIPPED[name][:16]}... (sacglam_core/models/tiny.py): the "
+            f"file was damaged or replaced; restore it with `git checkout -- {path}`"
+        )
+    return path
 
 
 @settings
@@ -161,8 +197,9 @@ def pretrain_language(model: PreTrainedModel, tokenizer, lines: list[str], spec:
     return loss_per_token
 
 
-def build_tiny(out_dir: str | Path, spec: TinySpec | None = None) -> dict[str, Path]:
-    """Write `<out_dir>/tiny-t5` and `<out_dir>/tiny-causal` (model and tokenizer each): the uniform-prior models."""
+def build_tiny(out_dir: str | Path, spec: TinySpec | None = None, train: bool = False) -> dict[str, Path]:
+    """Write `<out_dir>/tiny-t5` and `<out_dir>/tiny-causal` (model and tokenizer each): the uniform-prior models.
+    `tiny-causal` gets the shipped weights unless `train` or another `spec` asks for a build of its own."""
     spec = spec or TinySpec()
     out_dir = Path(out_dir)
     paths = {}
@@ -170,36 +207,48 @@ def build_tiny(out_dir: str | Path, spec: TinySpec | None = None) -> dict[str, P
         torch.manual_seed(spec.seed)
         tokenizer = build_tokenizer(add_eos=add_eos)
         model = builder(len(tokenizer), spec)
+        if name in SHIPPED and not train and spec == TinySpec():
+            paths[name] = _save(model, tokenizer, out_dir / name, weights=shipped_weights(name))
+            continue
         kl = pretrain_prior(model, tokenizer, spec)
         paths[name] = _save(model, tokenizer, out_dir / name, f"KL(uniform || policy) {kl:.4f} nats")
     return paths
 
 
-def build_pretrained(out_dir: str | Path, spec: TinySpec | None = None) -> Path:
-    """Write `<out_dir>/tiny-causal-pretrained`: the causal LM after next-token prediction on the corpus."""
+def build_pretrained(out_dir: str | Path, spec: TinySpec | None = None, train: bool = False) -> Path:
+    """Write `<out_dir>/tiny-causal-pretrained`: the causal LM after next-token prediction on the corpus; the
+    shipped weights unless `train` or another `spec` asks for a build of its own (about 5 minutes on one thread)."""
     spec = spec or TinySpec()
     torch.manual_seed(spec.seed)
     lines = corpus(spec.seed)
     tokenizer = build_tokenizer(add_eos=False, extra=lines)
     model = tiny_causal(len(tokenizer), spec)
+    if not train and spec == TinySpec():
+        return _save(model, tokenizer, Path(out_dir) / TINY_PRETRAINED, weights=shipped_weights(TINY_PRETRAINED))
     loss = pretrain_language(model, tokenizer, lines, spec)
     what = f"{len(lines):,} corpus lines, {loss:.3f} nats per token"
     return _save(model, tokenizer, Path(out_dir) / TINY_PRETRAINED, what)
 
 
-def _save(model: PreTrainedModel, tokenizer, path: Path, what: str) -> Path:
+def _save(model: PreTrainedModel, tokenizer, path: Path, what: str = "", weights: Path | None = None) -> Path:
+    """The model's folder, swapped into place whole; with `weights`, those bytes as its model.safetensors."""
     tmp = path.with_name(f".{path.name}.tmp")
     model.save_pretrained(tmp)
+    tokenizer.backend_tokenizer.no_padding()  # training's batches left padding on: the file must not depend on it
     tokenizer.save_pretrained(tmp)
+    if weights is not None:
+        shutil.copyfile(weights, tmp / "model.safetensors")
+        what = f"the shipped weights {weights}"
+    digest = sha256(tmp / "model.safetensors")
     _replace_dir(tmp, path)
-    print(f"built {path}: {sum(p.numel() for p in model.parameters()):,} parameters, {what}", flush=True)
+    print(
+        f"built {path}: {sum(p.numel() for p in model.parameters()):,} parameters, {what}, SHA-256 {digest}", flush=True
+    )
     return path
 
 
 def _replace_dir(tmp: Path, final: Path) -> None:
     """Swap a finished folder into place (rename is atomic; the old one is removed after)."""
-    import shutil
-
     old = final.with_name(f".{final.name}.old")
     if final.exists():
         final.rename(old)
