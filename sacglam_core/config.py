@@ -331,10 +331,10 @@ class MonitorConfig:
     without internet, synced later with `wandb sync`; `online` streams."""
     wandb_project: str = "sacglam"
     """The W&B project of the runs."""
-    policy_kl_every: NonNegative = 1
-    """Updates between two measurements of `policy_kl`, the KL divergence from the policy before an update to the
-    policy after it on that update's states (SAC: an actor update's batch; PPO: the rollout's own states): one more
-    forward pass each time, without gradients; 0: never."""
+    policy_kl_every: NonNegative = 10
+    """SAC's updates between two measurements of `policy_kl`, the KL divergence from the policy before an actor update
+    to the policy after it, on that update's batch: one forward pass more each time, without gradients; 0: never. PPO measures it at every update, on the rollout's own states
+    (a pass over the rollout, against its epochs of passes), unless 0."""
 
 
 @settings

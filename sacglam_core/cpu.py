@@ -1,9 +1,10 @@
 """The CPU a run computes on: its name, and its kernels pinned to one instruction set.
 
 torch, MKL and oneDNN pick their kernels for the CPU at hand (AVX-512 where it exists, AVX2 otherwise), and the
-two round float reductions differently: the same build of the pre-trained tiny LM gave other weights on an
-AVX-512 CPU than on an AVX2 one, and a prior that met other targets (docs/prior.md). Pinned to AVX2, which every
-x86-64 server of the last decade has, a build or a CPU run gives the same bytes on all of them.
+two round float reductions differently. Pinned to AVX2, which every x86-64 server of the last decade has, a CPU run
+gives the same bytes on every Intel CPU with AVX2; MKL honours its AVX2 branch on Intel processors only (on AMD
+it falls back to its automatic branch), so an AMD and an Intel CPU agree only as statistics. That is why the
+demo's pre-trained models are shipped rather than trained at set-up (docs/prior.md).
 """
 
 from __future__ import annotations

@@ -142,8 +142,7 @@ class PPO:
             for k in range(self.minibatches):  # the same number of steps on every rank
                 chunk = [data[i] for i in order[k * per_batch : (k + 1) * per_batch]] or [data[order[0]]]
                 self._minibatch_step(chunk)
-        every = self.config.monitor.policy_kl_every
-        if every and self.updates % every == 0:
+        if self.config.monitor.policy_kl_every:
             self._policy_kl([t for t in data if not t.relabelled])
         self.updates += 1
 

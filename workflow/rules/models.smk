@@ -1,9 +1,13 @@
-# Models: the tiny ones are built offline when missing; Hugging Face ones are staged at their pinned commit
-# (model_revisions) into a shared cache on the login node (which has internet access), so that compute jobs
-# run with HF_HUB_OFFLINE=1. Rebuild the tiny models on purpose by deleting them.
+# Models: the tiny ones are built offline when missing, the causal LMs from the weights the project ships (their
+# SHA-256 checked: sacglam_core/models/tiny.py), so every machine runs the demo from the same bytes, and made again
+# when those weights change (runs depend on the models as `ancient`: a rebuild never re-runs a finished run);
+# Hugging Face ones are staged at their pinned commit (model_revisions) into a shared cache on the login node
+# (which has internet access), so that compute jobs run with HF_HUB_OFFLINE=1.
 
 
 rule build_tiny_models:
+    input:
+        "sacglam_core/models/weights/tiny-causal.safetensors",
     output:
         directory(MODELS / "tiny-t5"),
         directory(MODELS / "tiny-causal"),
@@ -16,6 +20,8 @@ rule build_tiny_models:
 
 
 rule build_pretrained_model:
+    input:
+        "sacglam_core/models/weights/tiny-causal-pretrained.safetensors",
     output:
         directory(MODELS / "tiny-causal-pretrained"),
     log:
