@@ -332,9 +332,11 @@ class MonitorConfig:
     wandb_project: str = "sacglam"
     """The W&B project of the runs."""
     policy_kl_every: NonNegative = 10
-    """SAC's updates between two measurements of `policy_kl`, the KL divergence from the policy before an actor update
-    to the policy after it, on that update's batch: one forward pass more each time, without gradients; 0: never. PPO measures it at every update, on the rollout's own states
-    (a pass over the rollout, against its epochs of passes), unless 0."""
+    """SAC's updates between two measurements of `policy_kl`, the KL divergence from the policy before an update to
+    the policy after it, on that update's batch (the critic's step included, which moves the policy when the critic
+    shares its weights, as in the warm-up): two forward passes more each time, without gradients; 0: never. PPO
+    measures it at every update, on the rollout's own states (a pass over the rollout, against its epochs of passes),
+    unless 0."""
 
 
 @settings

@@ -84,6 +84,7 @@ class Trainer:
         sac = config.algorithm == "sac"
         agent_config = AgentConfig(model, critic=config.sac.critic if sac else None, value_head=not sac)
         self.agent = GlamAgent.from_config(agent_config, ACTION_VOCABULARY)
+        self.model_sha256 = _weights_sha256(model)
         self.envs = VectorPlayground(config.num_envs // ranks.world, config.env, seed=config.seed * 1000 + ranks.rank)
         self.algo = (
             SAC(self.agent, config, ranks, goal_type_prior(config.env)) if sac else PPO(self.agent, config, ranks)
@@ -246,12 +247,11 @@ class Trainer:
 
     def _as_run(self) -> dict:
         """Settings resolved at run time (for the hyperparameter tables): compute dtype, LoRA's modules; and the
-        SHA-256 of the weights a local model folder held (a hub model's pinned revision says which it is)."""
-        weights = Path(self.config.model.name_or_path) / "model.safetensors"
+        SHA-256 of the weights a local model folder held when the run loaded them."""
         return {
             "dtype": self.agent.compute_dtype,
             "lora_target_modules": lora_target_modules(self.agent.lm.model),
-            "model_sha256": hashlib.sha256(weights.read_bytes()).hexdigest() if weights.is_file() else None,
+            "model_sha256": self.model_sha256,
         }
 
     def _should_stop(self, stop_at_steps: int | None, stop: threading.Event | None) -> bool:
@@ -385,3 +385,13 @@ class Trainer:
         self._saved_at = self.env_steps
         print(f"{self.out}: resumed at {self.env_steps} environment steps", file=sys.stderr)
         return local.get("monitor", {})
+
+
+def _weights_sha256(model: ModelConfig) -> str | None:
+    """SHA-256 of a local model folder's single `model.safetensors` (None for a hub model, whose pinned revision says
+    which it is, or sharded weights)."""
+    weights = Path(model.name_or_path).expanduser() / "model.safetensors"
+    if not weights.is_file():
+        return None
+    with weights.open("rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()

@@ -189,32 +189,32 @@ def test_fp16_updates_scale_the_loss_of_fp32_trained_weights(tiny_models, model_
     assert ppo.scaler.is_enabled() == scaled and bool(ppo.state_dict()["scaler"]) == scaled
 
 
-@pytest.mark.parametrize("every", [1, 0])
-def test_the_policy_kl_of_an_actor_update_is_measured_on_its_batch_and_changes_nothing(tiny_models, every):
+@pytest.mark.parametrize("every, warmup", [(1, 0), (1, 5), (0, 0)], ids=["actor", "warm-up", "off"])
+def test_the_policy_kl_of_an_update_is_measured_on_its_batch_and_changes_nothing(tiny_models, every, warmup):
+    """The whole update's change of pi on its batch: in the warm-up the critic alone moves the policy, through the
+    weights it shares with it."""
     import copy
 
     def trained(every: int):
-        algo = sac_on_tiny(tiny_models["tiny-t5"], warmup_cycles=0, updates_per_cycle=1)
+        algo = sac_on_tiny(tiny_models["tiny-t5"], warmup_cycles=warmup, updates_per_cycle=1)
         algo.config = dataclasses.replace(
             algo.config, monitor=dataclasses.replace(algo.config.monitor, policy_kl_every=every)
         )
-        seen, actor_update = [], algo._actor_update
-        algo._actor_update = lambda current, alpha: (
-            seen.append((copy.deepcopy(algo.agent), current)),
-            actor_update(current, alpha),
-        )
+        before, batches, sample = copy.deepcopy(algo.agent), [], algo._batches
+        algo._batches = lambda index: batches.append(sample(index)) or batches[-1]
         algo.update(None, env_steps=10_000)
-        return algo, seen[0]
+        return algo, before, batches[0][1]
 
-    algo, (before, batch) = trained(every)
-    plain, _ = trained(0)
+    algo, before, current = trained(every)
+    plain, _, _ = trained(0)
     assert all(torch.equal(a, b) for a, b in zip(algo.agent.lm.model.parameters(), plain.agent.lm.model.parameters()))
     stats = algo.pop_stats()
+    assert ("actor_loss" in stats) == (warmup == 0)
     if not every:
         assert "policy_kl" not in stats
         return
     with torch.no_grad():
-        expected = before.policy(batch)[0].kl(algo.agent.policy(batch)[0]).mean().item()
+        expected = before.policy(current)[0].kl(algo.agent.policy(current)[0]).mean().item()
     assert expected > 0 and stats["policy_kl"] == pytest.approx(expected, rel=1e-5)
 
 

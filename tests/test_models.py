@@ -118,19 +118,22 @@ def test_a_damaged_shipped_file_stops_the_build_in_one_line(tmp_path, monkeypatc
 
     weights = tmp_path / "weights"
     shutil.copytree(tiny.WEIGHTS, weights)
-    target = weights / f"{TINY_PRETRAINED}.safetensors"
-    if damage == "missing":
-        target.unlink()
-    else:
-        data = bytearray(target.read_bytes())
-        data[len(data) // 2] ^= 1
-        target.write_bytes(bytes(data))
     monkeypatch.setattr(tiny, "WEIGHTS", weights)
-    assert main(["build-pretrained", str(tmp_path / "models")]) == 1
-    error = capsys.readouterr().err.strip()
-    assert "\n" not in error and str(target) in error and "git checkout" in error
-    assert ("SHA-256" in error) == (damage == "flipped byte")
-    assert not (tmp_path / "models").exists() or not any((tmp_path / "models").iterdir())  # nothing half-written
+    for command, name in (("build-pretrained", TINY_PRETRAINED), ("build-tiny", TINY_CAUSAL)):
+        target = weights / f"{name}.safetensors"
+        pristine = target.read_bytes()
+        if damage == "missing":
+            target.unlink()
+        else:
+            target.write_bytes(pristine[:100] + bytes([pristine[100] ^ 1]) + pristine[101:])
+        assert main([command, str(tmp_path / "models")]) == 1
+        error = capsys.readouterr().err.strip()
+        assert "\n" not in error and str(target) in error and "git checkout" in error
+        assert ("SHA-256" in error) == (damage == "flipped byte")
+        assert not (tmp_path / "models").exists() or not any((tmp_path / "models").iterdir())  # nothing written
+        target.write_bytes(pristine)
+    target = weights / f"{TINY_PRETRAINED}.safetensors"
+    target.unlink()
     with pytest.raises(ShippedWeightsError):
         build_pretrained(tmp_path / "models")
 

@@ -167,9 +167,18 @@ class SAC:
         )
         taken, current, following, rows = self._batches(index)
         alpha = self.log_alpha.exp().detach()
+        every = self.config.monitor.policy_kl_every
+        if measure := every and self.updates % every == 0:
+            # The whole update's change of pi: a critic that shares the policy's weights moves it too, warm-up included.
+            with torch.no_grad():
+                before, _ = self.agent.policy(current)
         self._critic_update(taken, following, rows, alpha)
         if not self.warming_up(env_steps):
             self._actor_update(current, alpha)
+        if measure:
+            with torch.no_grad():
+                after, _ = self.agent.policy(current)
+            self.stats.add(policy_kl=before.kl(after).mean())
         self.agent.critic.update_target(self.agent.lm)
         self.updates += 1
 
@@ -214,11 +223,6 @@ class SAC:
         self._step(self.actor_optimizer, self.actor_params, loss)
         self.actor_schedule.step()
         self.stats.add(actor_loss=loss, entropy=policy.entropy().mean(), **target_statistics(policy, q_all, alpha))
-        every = self.config.monitor.policy_kl_every
-        if every and self.updates % every == 0:
-            with torch.no_grad():
-                after, _ = agent.policy(current)
-                self.stats.add(policy_kl=policy.kl(after).mean())
         if self.cfg.autotune_alpha:
             self._step(
                 self.alpha_optimizer,

@@ -202,13 +202,14 @@ def build_tiny(out_dir: str | Path, spec: TinySpec | None = None, train: bool = 
     `tiny-causal` gets the shipped weights unless `train` or another `spec` asks for a build of its own."""
     spec = spec or TinySpec()
     out_dir = Path(out_dir)
+    shipped = {TINY_CAUSAL: shipped_weights(TINY_CAUSAL)} if not train and spec == TinySpec() else {}  # before writing
     paths = {}
     for name, builder, add_eos in ((TINY_T5, tiny_t5, True), (TINY_CAUSAL, tiny_causal, False)):
         torch.manual_seed(spec.seed)
         tokenizer = build_tokenizer(add_eos=add_eos)
         model = builder(len(tokenizer), spec)
-        if name in SHIPPED and not train and spec == TinySpec():
-            paths[name] = _save(model, tokenizer, out_dir / name, weights=shipped_weights(name))
+        if name in shipped:
+            paths[name] = _save(model, tokenizer, out_dir / name, weights=shipped[name])
             continue
         kl = pretrain_prior(model, tokenizer, spec)
         paths[name] = _save(model, tokenizer, out_dir / name, f"KL(uniform || policy) {kl:.4f} nats")
@@ -240,6 +241,9 @@ def _save(model: PreTrainedModel, tokenizer, path: Path, what: str = "", weights
         shutil.copyfile(weights, tmp / "model.safetensors")
         what = f"the shipped weights {weights}"
     digest = sha256(tmp / "model.safetensors")
+    if weights is not None and digest != SHIPPED[path.name]:
+        shutil.rmtree(tmp)
+        raise ShippedWeightsError(f"{tmp / 'model.safetensors'}: the copy of {weights} has SHA-256 {digest[:16]}...")
     _replace_dir(tmp, path)
     print(
         f"built {path}: {sum(p.numel() for p in model.parameters()):,} parameters, {what}, SHA-256 {digest}", flush=True
