@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import asdict, field
+from dataclasses import asdict, field, fields
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -304,6 +304,30 @@ class EvalConfig:
 
 
 @settings
+class GoalsConfig:
+    """Which goal each training episode pursues (goal_sampling.py); the evaluation always draws uniformly among the
+    train goals and the test split, so every sampler is judged on the paper's goals."""
+
+    sampler: Literal["uniform", "discovered", "learning_progress"] = "uniform"
+    """`uniform`: the environment draws among its train goals (the paper). `discovered`: uniformly among the goals
+    the social partner has described so far and `initial` (IMAGINE). `learning_progress`: among those, a bucket by
+    absolute learning progress, with a share `epsilon` drawn uniformly (MAGELLAN)."""
+    initial: tuple[str, ...] = ()
+    """Goals the agent knows before any description (train goals of the environment)."""
+    buckets: Literal["grammar", "competence"] | dict[str, tuple[str, ...]] = "grammar"
+    """Goal buckets of `learning_progress`: `grammar`, goal type x the category of the objects named (MAGELLAN's
+    expert buckets); `competence`, the known goals grouped by their success rate into `competence_levels` levels; or
+    name -> glob patterns over goal strings (a goal joins the first bucket it matches, `other` if none)."""
+    epsilon: Fraction = 0.2
+    """Share of `learning_progress`'s draws made uniformly among the known goals (MAGELLAN's floor)."""
+    window: Positive = 100
+    """Recent training outcomes kept per bucket (per goal for `competence` buckets); learning progress compares
+    their newer half with their older half."""
+    competence_levels: Positive = 5
+    """Success-rate levels of `competence` buckets."""
+
+
+@settings
 class CheckpointConfig:
     """Checkpoints in `<output_dir>/checkpoints/`, from which a restarted run resumes with the same results."""
 
@@ -368,6 +392,8 @@ class RunConfig:
     """Periodic evaluation (the `eval` section)."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Checkpointing (the `checkpoint` section)."""
+    goals: GoalsConfig = field(default_factory=GoalsConfig)
+    """Which goals training episodes pursue (the `goals` section)."""
     threads: Positive | None = None
     """torch CPU threads per process (null: torch's default). Results depend on it, so a run resumes only with
     the same count."""
@@ -387,6 +413,9 @@ class RunConfig:
         for (section, key), default in ADDED_LATER.items():
             if settings_[section][key] == default:
                 del settings_[section][key]
+        for section in ADDED_SECTIONS:
+            if not settings_[section]:
+                del settings_[section]
         return hashlib.sha256(json.dumps(settings_, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -395,11 +424,13 @@ ADDED_LATER: dict[tuple[str, str], object] = {
     ("sac", "actor_lr_ramp_updates"): 0,
     ("sac", "actor_loss"): "reverse_kl",
     ("model", "compile"): False,
+    **{("goals", f.name): f.default for f in fields(GoalsConfig)},
 }
+ADDED_SECTIONS = ("goals",)  # sections added after runs existed: left out when all their settings are defaults
 
 
 def coherence_problems(config: RunConfig) -> list[str]:
-    problems = []
+    problems = goal_problems(config.goals, config.env)
     her, sac, ppo = config.her, config.sac, config.ppo
     if config.algorithm == "ppo":
         if her.strategy is not None or her.ratio is not None:
@@ -421,6 +452,26 @@ def coherence_problems(config: RunConfig) -> list[str]:
             problems.append(f"sac.update_every={sac.update_every} must be a multiple of num_envs={config.num_envs}")
         if sac.buffer_size < sac.batch_size:
             problems.append(f"sac.buffer_size={sac.buffer_size} is smaller than sac.batch_size={sac.batch_size}")
+    return problems
+
+
+def goal_problems(goals: GoalsConfig, env: EnvConfig) -> list[str]:
+    """What the `goals` section asks that the environment's train goals cannot give."""
+    from fnmatch import fnmatchcase
+
+    from sacglam_core.envs import catalog
+
+    train = catalog().goals(env.split, env.simplified)
+    problems = []
+    if goals.sampler == "uniform" and goals.initial:
+        problems.append("goals.initial is for the samplers that know goals (discovered, learning_progress)")
+    unknown = [g for g in goals.initial if g not in set(train)]
+    if unknown:
+        problems.append(f"goals.initial: {unknown} are not train goals of this environment")
+    if isinstance(goals.buckets, dict):
+        for name, patterns in goals.buckets.items():
+            if not any(fnmatchcase(g, p) for g in train for p in patterns):
+                problems.append(f"goals.buckets.{name}: {list(patterns)} match no train goal of this environment")
     return problems
 
 

@@ -34,6 +34,8 @@ COLUMNS = [
     "q_range",  # SAC: the mean over states of max - min of Q over the candidates
     "policy_kl",  # KL(pi before an update || pi after it) on the update's states, SAC's actor updates and PPO's
     "her_share",
+    "goals_known",  # with a goal sampler other than `uniform`: goals the agent knows (the first rank's)
+    "goal_buckets",  # with it: JSON, per bucket the share of goals drawn since the last row (share/) and LP (lp/)
     "policy_loss",
     "value_loss",
     "approx_kl",

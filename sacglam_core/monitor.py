@@ -6,9 +6,11 @@ Nothing here draws a random number or touches the model: a run gives the same me
 TensorBoard's scalars, with the environment step as their step:
 - `train/...` every `monitor.scalars_every_steps`: the means since the last point of the algorithm's statistics
   (SAC: critic_loss, actor_loss, entropy, target_policy_entropy, mean_q, q_range, and alpha; PPO: policy_loss,
-  value_loss, entropy, approx_kl, clipfrac, kl), `her_share` with HER, `success` of the training episodes finished
-  since the last point, `env_steps_per_s` and `updates`;
-- `eval/...` at each evaluation: the columns of metrics.csv that start with `eval_`.
+  value_loss, entropy, approx_kl, clipfrac, kl; both: policy_kl), `her_share` with HER, `success` of the training
+  episodes finished since the last point, `env_steps_per_s` and `updates`;
+- `eval/...` at each evaluation: the columns of metrics.csv that start with `eval_`;
+- `goals/...` at each evaluation, with a goal sampler other than `uniform`: the goals known, and per bucket the share
+  of the goals drawn since the last evaluation (`share/<bucket>`) and its learning progress (`lp/<bucket>`).
 
 A run killed and started again shows in TensorBoard what an uninterrupted run shows, but for env_steps_per_s:
 checkpoints carry the monitor's state, a resumed run hides the points the killed process wrote after the checkpoint
@@ -113,6 +115,10 @@ class Monitor:
         self.last_eval = (row["env_steps"], row["eval_success"])
         values = {key.removeprefix("eval_"): value for key, value in row.items() if key.startswith("eval_")}
         self._write("eval", values, row["env_steps"])
+
+    def goals(self, values: dict[str, float], step: int) -> None:
+        """The goal sampler's statistics at a metrics row, as `goals/...` (bucket names with `_` for spaces)."""
+        self._write("goals", {key.replace(" ", "_"): value for key, value in values.items()}, step)
 
     def state_dict(self) -> dict:
         """What a resumed run needs to show what an uninterrupted one would: the windows and the last points."""

@@ -36,6 +36,7 @@ from sacglam_core.distributed import init_ranks, resolve_device
 from sacglam_core.envs import VectorPlayground
 from sacglam_core.envs.playground import ACTION_VOCABULARY
 from sacglam_core.evaluation import agent_policy, evaluate, goal_type_prior
+from sacglam_core.goal_sampling import GoalSampler
 from sacglam_core.lease import LeaseHeldError, RunLease
 from sacglam_core.metrics import MetricsFile, evaluates_at
 from sacglam_core.models.loading import lora_target_modules
@@ -86,6 +87,13 @@ class Trainer:
         self.agent = GlamAgent.from_config(agent_config, ACTION_VOCABULARY)
         self.model_sha256 = _weights_sha256(model)
         self.envs = VectorPlayground(config.num_envs // ranks.world, config.env, seed=config.seed * 1000 + ranks.rank)
+        # Each rank chooses its environments' goals from its own episodes; the metrics show the first rank's sampler.
+        self.goals = (
+            None
+            if config.goals.sampler == "uniform"
+            else GoalSampler(config.goals, config.env, config.seed * 1000 + ranks.rank + 2)
+        )
+        self.envs.goal_source = self.goals.next_goal if self.goals else None
         self.algo = (
             SAC(self.agent, config, ranks, goal_type_prior(config.env)) if sac else PPO(self.agent, config, ranks)
         )
@@ -190,6 +198,8 @@ class Trainer:
         finished = succeeded = 0
         for episode in self.recorder.step(choices, rewards, terminated, truncated, obs, infos, extras):
             self.algo.add(episode)
+            if self.goals is not None:
+                self.goals.observe(episode.goal, episode.terminated, [g for step in episode.reports for g in step])
             finished += 1
             succeeded += int(episode.terminated)
         self.window[0] += finished
@@ -279,6 +289,11 @@ class Trainer:
             "updates_per_s": (self.algo.updates - updates) / span,
             "env_steps_per_s": (self.env_steps - steps) / span,
         }
+        if self.goals is not None:
+            goals = self.goals.statistics()
+            row["goals_known"] = goals.pop("goals_known")
+            row["goal_buckets"] = json.dumps(goals, sort_keys=True)
+            self.monitor.goals({"known": row["goals_known"], **goals}, self.env_steps)
         self.last_row = (self.elapsed, self.env_steps, self.algo.updates)
         self._last_success = metrics["eval_success"]
         if self.ranks.is_main:
@@ -324,6 +339,7 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
             "window": list(self.window),
             "monitor": self.monitor.state_dict(),
+            "goals": None if self.goals is None else self.goals.state_dict(),
         }
         self.checkpoints.save(self.env_steps, shared, local)
         self._saved_at = self.env_steps
@@ -380,6 +396,8 @@ class Trainer:
         self.generator.set_state(local["generator"])
         torch.set_rng_state(local["torch_rng"])
         self.window = list(local["window"])
+        if self.goals is not None:
+            self.goals.load_state_dict(local["goals"])
         if self.ranks.is_main:
             self.metrics.restore(counters["metrics_rows"])
         self._saved_at = self.env_steps

@@ -18,6 +18,7 @@ from sacglam_core.pipeline.aggregate import (
     area_under_curve,
     curves_mean_std,
     diagnostics_table,
+    goal_bucket_curves,
     iqm,
     load_experiment,
     per_run,
@@ -28,7 +29,7 @@ from sacglam_core.pipeline.aggregate import (
 from sacglam_core.pipeline.claims import check, random_success
 from sacglam_core.pipeline.claims import main as claims_main
 from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load_definitions
-from sacglam_core.pipeline.figures import curves_figure, diagnostics_figure
+from sacglam_core.pipeline.figures import curves_figure, diagnostics_figure, goals_figure
 from sacglam_core.pipeline.outputs import expected_outputs, write_experiment_results
 from sacglam_core.pipeline.outputs import main as outputs_main
 from sacglam_core.pipeline.tables import DIFFERS, hyperparameters, summary_markdown
@@ -167,6 +168,24 @@ def test_diagnostics_per_run_and_per_variant(experiment_dir):
     figure = diagnostics_figure(load_experiment("demo", runs))
     titles = [ax.get_title() for ax in figure.axes if ax.get_visible()]
     assert titles[0] == "success rate" and any(t.startswith("KL") for t in titles) and "SAC: alpha" in titles
+
+
+def test_the_goal_samplers_buckets_and_known_goals_are_read_and_drawn(experiment_dir):
+    _, runs = experiment_dir
+    for run in runs:
+        if run.variant == "SAC+HER" and run.seed in (0, 1):
+            buckets = [json.dumps({"share/grasp animal": 1 - k / 4, "share/grow animal": k / 4, "lp/grasp animal": 0.1,
+                                   "lp/grow animal": 0.2 * k}) for k in range(5)]  # fmt: skip
+            write_run(run, [0.0, 0.2, 0.4, 0.6, 0.8], goals_known=[0, 2, 4, 6, 8], goal_buckets=buckets)
+    experiment = load_experiment("demo", runs)
+    curves = goal_bucket_curves(experiment)
+    assert set(curves["bucket"]) == {"grasp animal", "grow animal"} and set(curves["seed"]) == {0, 1}
+    last = curves[(curves["env_steps"] == 400) & (curves["bucket"] == "grow animal")]
+    assert list(last["share"]) == [1.0, 1.0] and list(last["lp"]) == pytest.approx([0.8, 0.8])
+    figure = goals_figure(experiment, "goals")
+    titles = [ax.get_title() for ax in figure.axes if ax.get_visible()]
+    assert titles[0].startswith("goals known") and "SAC+HER: share of the goals drawn per bucket" in titles
+    assert max(figure.axes[0].lines[-1].get_ydata()) == 8  # the mean of the two seeds' known goals at the end
 
 
 def test_auc_and_steps_to_threshold():

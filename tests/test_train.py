@@ -35,6 +35,7 @@ PPO_CLIP_HER = {
     "ppo": {"rollout_steps": 64, "epochs": 2, "minibatch_size": 32, "center_clip": True},
     "her": {"enabled": True, "aligned_only": True},
 }
+SAC_HER_LP = {**SAC_HER, "goals": {"sampler": "learning_progress", "window": 10}}
 PPO_KL = {"algorithm": "ppo", "ppo": {"rollout_steps": 64, "epochs": 2, "minibatch_size": 32, "loss": "kl"}}
 
 
@@ -58,7 +59,7 @@ def without_timing(table: list[dict]) -> list[dict]:
 def reference(tmp_path_factory, tiny_models):
     """Uninterrupted runs, one per algorithm setting."""
     runs = {}
-    for name, settings in {"sac_her": SAC_HER, "ppo_clip_her": PPO_CLIP_HER}.items():
+    for name, settings in {"sac_her": SAC_HER, "ppo_clip_her": PPO_CLIP_HER, "sac_her_lp": SAC_HER_LP}.items():
         config = write_config(tmp_path_factory.mktemp(name) / "run.yaml", tiny_models["tiny-t5"], **settings)
         assert train(config).returncode == 0
         runs[name] = config.parent / "out"
@@ -101,6 +102,16 @@ def test_run_writes_metrics_config_and_done_marker(reference):
     assert all(ppo[c] not in ("", "nan") for c in ("policy_loss", "value_loss", "entropy", "clipfrac", "her_share"))
 
 
+def test_a_goal_sampler_chooses_goals_among_those_described_and_shows_its_buckets(reference):
+    table = rows(reference["sac_her_lp"])
+    known = [float(r["goals_known"]) for r in table]
+    assert known == sorted(known) and known[-1] > 0
+    buckets = json.loads(table[-1]["goal_buckets"])
+    assert buckets and all(key.split("/")[0] in ("share", "lp") for key in buckets)
+    assert sum(v for k, v in buckets.items() if k.startswith("share/")) == pytest.approx(1.0)
+    assert all(r["goals_known"] == "" for r in rows(reference["sac_her"]))  # uniform: the paper's draw, no sampler
+
+
 def test_finished_run_is_not_run_again(reference):
     before = (reference["sac_her"] / "metrics.csv").read_text()
     result = train(reference["sac_her"].parent / "run.yaml")
@@ -108,7 +119,9 @@ def test_finished_run_is_not_run_again(reference):
     assert (reference["sac_her"] / "metrics.csv").read_text() == before
 
 
-@pytest.mark.parametrize("name, settings", [("sac_her", SAC_HER), ("ppo_clip_her", PPO_CLIP_HER)])
+@pytest.mark.parametrize(
+    "name, settings", [("sac_her", SAC_HER), ("ppo_clip_her", PPO_CLIP_HER), ("sac_her_lp", SAC_HER_LP)]
+)
 def test_resume_equals_uninterrupted_run(tmp_path, tiny_models, reference, name, settings):
     config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], **settings)
     first = train(config, "--stop-at-steps", "200")

@@ -8,7 +8,7 @@ fit Gymnasium's fixed spaces, so observations are a list of strings and `infos` 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -21,7 +21,8 @@ def env_seeds(seed: int, num_envs: int) -> list[int]:
 
 
 class VectorPlayground:
-    """`num_envs` independent environments, reproducible from one seed."""
+    """`num_envs` independent environments, reproducible from one seed. `goal_source`, when set, gives the goal of
+    each episode that starts without one given (None from it: the environment draws its own)."""
 
     def __init__(self, num_envs: int = 32, config: EnvConfig | None = None, seed: int | None = None) -> None:
         if num_envs < 1:
@@ -29,6 +30,7 @@ class VectorPlayground:
         self.num_envs = num_envs
         self.config = config or EnvConfig()
         self.envs = [PlaygroundText(self.config) for _ in range(num_envs)]
+        self.goal_source: Callable[[], str | None] | None = None
         self._seed(seed)
 
     def _seed(self, seed: int | None) -> None:
@@ -42,10 +44,7 @@ class VectorPlayground:
         goals = (options or {}).get("goals")
         if goals is not None and len(goals) != self.num_envs:
             raise ValueError(f"options['goals'] has {len(goals)} goals for {self.num_envs} environments")
-        results = [
-            env.reset(options=None if goals is None else {"goal": g})
-            for env, g in zip(self.envs, goals or [None] * self.num_envs)
-        ]
+        results = [self._reset(env, g) for env, g in zip(self.envs, goals or [None] * self.num_envs)]
         obs = [o for o, _ in results]
         return obs, self._stack([i for _, i in results], [None] * self.num_envs, [None] * self.num_envs)
 
@@ -70,9 +69,14 @@ class VectorPlayground:
             o, rewards[i], terminated[i], truncated[i], info = env.step(action)
             if terminated[i] or truncated[i]:
                 final_obs[i], final_info[i] = o, info
-                o, info = env.reset()
+                o, info = self._reset(env)
             obs[i], infos[i] = o, info
         return obs, rewards, terminated, truncated, self._stack(infos, final_obs, final_info)
+
+    def _reset(self, env: PlaygroundText, goal: str | None = None) -> tuple[str, dict]:
+        if goal is None and self.goal_source is not None:
+            goal = self.goal_source()
+        return env.reset(options=None if goal is None else {"goal": goal})
 
     @staticmethod
     def _stack(infos: list[dict], final_obs: list, final_info: list) -> dict:

@@ -57,6 +57,8 @@ def read_metrics(path: Path) -> pd.DataFrame:
     if table.empty:
         raise MetricsFileError(f"metrics file {path} has no rows")
     numeric = table.apply(pd.to_numeric, errors="coerce")
+    if "goal_buckets" in table:  # JSON per row (the goal sampler's buckets), kept as text
+        numeric["goal_buckets"] = table["goal_buckets"]
     bad = [c for c in REQUIRED_COLUMNS if numeric[c].isna().any()]
     if bad:
         raise MetricsFileError(f"metrics file {path} has non-numeric or empty values in {bad}")
@@ -291,6 +293,20 @@ def diagnostics_table(experiment: Experiment) -> pd.DataFrame:
     means = runs.drop(columns="seed").groupby("variant", sort=False).mean().reset_index()
     means.insert(1, "seed", "mean")
     return pd.concat([runs.astype({"seed": object}), means], ignore_index=True)
+
+
+def goal_bucket_curves(experiment: Experiment) -> pd.DataFrame:
+    """The goal samplers' buckets in long form: variant, seed, env_steps, bucket, share (of the goals drawn since
+    the previous row) and lp (its learning progress at the row; NaN for samplers without it)."""
+    rows = []
+    if "goal_buckets" in experiment.curves:
+        for record in experiment.curves.dropna(subset=["goal_buckets"]).to_dict("records"):
+            values = json.loads(record["goal_buckets"]) if isinstance(record["goal_buckets"], str) else {}
+            for bucket in sorted({key.split("/", 1)[1] for key in values}):
+                share, lp = values.get(f"share/{bucket}", np.nan), values.get(f"lp/{bucket}", np.nan)
+                where = {"variant": record["variant"], "seed": record["seed"], "env_steps": record["env_steps"]}
+                rows.append(where | {"bucket": bucket, "share": share, "lp": lp})
+    return pd.DataFrame(rows, columns=["variant", "seed", "env_steps", "bucket", "share", "lp"])
 
 
 def curves_mean_std(experiment: Experiment, metric: str = "eval_success", x: str = "env_steps") -> pd.DataFrame:

@@ -22,7 +22,8 @@ from sacglam_core.config import ConfigError, RunConfig, parse_config
 from sacglam_core.pipeline import yamlfile
 
 EXPERIMENT_KEYS = {"claims", "figures", "seeds", "settings", "variants", "grid"}
-FIGURE_KEYS = {"panels", "x", "y"}
+FIGURE_KEYS = {"panels", "x", "y", "kind"}
+FIGURE_KINDS = {"curves", "goals"}  # success (or `y`) curves; the goal samplers' figure
 FIGURE_AXES = {"env_steps", "train_hours", "wall_hours"}
 
 
@@ -140,6 +141,8 @@ def check_figures(name: str, spec: dict, variants: list[str]) -> None:
         stray = set(layout) - FIGURE_KEYS
         if stray:
             raise ExperimentError(f"{where}: unknown keys {sorted(stray)}; allowed: {sorted(FIGURE_KEYS)}")
+        if layout.get("kind", "curves") not in FIGURE_KINDS:
+            raise ExperimentError(f"{where}: unknown kind {layout['kind']!r}; allowed: {sorted(FIGURE_KINDS)}")
         axes = set(layout.get("x", ["env_steps"])) - FIGURE_AXES
         if axes:
             raise ExperimentError(f"{where}: unknown x axes {sorted(axes)}; allowed: {sorted(FIGURE_AXES)}")

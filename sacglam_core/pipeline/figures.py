@@ -16,7 +16,7 @@ import seaborn as sns  # noqa: E402
 
 from sacglam_core.atomic import save_figure  # noqa: E402
 from sacglam_core.envs import GoalType, catalog  # noqa: E402
-from sacglam_core.pipeline.aggregate import Experiment, curves_mean_std  # noqa: E402
+from sacglam_core.pipeline.aggregate import Experiment, curves_mean_std, goal_bucket_curves  # noqa: E402
 
 TRAINING_TIME = "without evaluations and checkpoints"  # on a second line: one panel's width holds either half
 X_LABELS = {
@@ -111,6 +111,46 @@ def diagnostics_figure(experiment: Experiment) -> plt.Figure:
         ax.set_visible(False)
     axes.flat[0].legend(fontsize=8, loc="best")
     fig.suptitle(f"Diagnostics ({experiment.name}): each seed (thin) and their mean (thick)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def goals_figure(experiment: Experiment, title: str) -> plt.Figure:
+    """The goal samplers against environment steps: goals known (each seed thin, their mean thick), and for each
+    variant with buckets the share of the goals drawn per bucket and each bucket's learning progress (means over
+    seeds)."""
+    buckets = goal_bucket_curves(experiment)
+    variants = [v for v in experiment.variants if (buckets["variant"] == v).any()]
+    sns.set_theme(style="whitegrid", context="notebook")
+    rows = 1 + len(variants)
+    fig, axes = plt.subplots(rows, 2, figsize=(11, 3.6 * rows), squeeze=False)
+    palette = dict(zip(experiment.variants, sns.color_palette("tab10", len(experiment.variants))))
+    known = axes[0][0]
+    curves = experiment.curves
+    for variant in experiment.variants:
+        mine = curves[curves["variant"] == variant]
+        mine = mine.assign(y=pd.to_numeric(mine.get("goals_known"), errors="coerce")).dropna(subset=["y"])
+        if mine.empty:
+            continue
+        for _, run in mine.groupby("seed"):
+            known.plot(run["env_steps"], run["y"], color=palette[variant], alpha=0.35, linewidth=0.8)
+        mean = mine.groupby("env_steps")["y"].mean()
+        known.plot(mean.index, mean.to_numpy(), color=palette[variant], linewidth=2, label=experiment.label(variant))
+    known.set_title("goals known (described by the social partner, and the initial set)", fontsize=10)
+    known.set_xlabel(X_LABELS["env_steps"])
+    if known.lines:
+        known.legend(fontsize=8, loc="best")
+    axes[0][1].set_visible(False)
+    for (share_ax, lp_ax), variant in zip(axes[1:], variants):
+        mine = buckets[buckets["variant"] == variant].groupby(["env_steps", "bucket"])[["share", "lp"]].mean()
+        for column, ax, what in (("share", share_ax, "share of the goals drawn"), ("lp", lp_ax, "learning progress")):
+            table = mine[column].unstack("bucket")
+            if table.notna().any().any():
+                table.plot(ax=ax, linewidth=1.5)
+                ax.legend(fontsize=7, loc="best", ncol=2)
+            ax.set_title(f"{variant}: {what} per bucket", fontsize=10)
+            ax.set_xlabel(X_LABELS["env_steps"])
+    fig.suptitle(f"{title} ({experiment.name}): goal sampling, means over seeds", fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -26,7 +26,8 @@ DIAGNOSTICS_FIGURE = "diagnostics"
 
 
 def figure_specs(definition: dict) -> dict[str, dict]:
-    """The experiment's figures: stem -> spec (`panels`, `x`, `y`); by default one success curve."""
+    """The experiment's figures: stem -> spec (`panels`, `x`, `y`, or `kind: goals` for the goal samplers' figure);
+    by default one success curve."""
     return {stem: spec or {} for stem, spec in (definition.get("figures") or {"figure": {}}).items()}
 
 
@@ -39,7 +40,7 @@ def expected_outputs(name: str, definition: dict, results: Path) -> list[Path]:
 
 def write_experiment_results(experiment: Experiment, definition: dict, results: Path) -> list[Path]:
     """Figures and tables of the experiment's usable runs (missing and left-out seeds are said, not fatal)."""
-    from sacglam_core.pipeline.figures import curves_figure, diagnostics_figure, write_figure
+    from sacglam_core.pipeline.figures import curves_figure, diagnostics_figure, goals_figure, write_figure
     from sacglam_core.pipeline.tables import write_tables
 
     out = Path(results) / experiment.name
@@ -47,7 +48,10 @@ def write_experiment_results(experiment: Experiment, definition: dict, results: 
     paths = []
     for stem, spec in figure_specs(definition).items():
         title = stem.replace("figure", "Figure ") if stem.startswith("figure") and stem[6:].isdigit() else stem
-        paths += write_figure(curves_figure(experiment, spec, title), out / stem)
+        figure = (
+            goals_figure(experiment, title) if spec.get("kind") == "goals" else curves_figure(experiment, spec, title)
+        )
+        paths += write_figure(figure, out / stem)
     paths += write_figure(diagnostics_figure(experiment), out / DIAGNOSTICS_FIGURE)
     return paths + write_tables(experiment, out)
 

@@ -1,0 +1,150 @@
+"""Goal samplers on hand-built competence histories and in the real environment."""
+
+import random
+from collections import Counter
+
+import pytest
+import yaml
+
+from sacglam_core.config import ConfigError, GoalsConfig, load_config
+from sacglam_core.envs import EnvConfig, VectorPlayground, catalog
+from sacglam_core.goal_sampling import GoalSampler, grammar_bucket, grammar_buckets, learning_progress
+
+ENV = EnvConfig(simplified=True, n_objects=6, max_steps=7)
+
+
+def goals_of(bucket: str, n: int) -> list[str]:
+    goals = catalog()
+    return [g for g in goals.goals("train", simplified=True) if grammar_bucket(goals.parse(g)) == bucket][:n]
+
+
+def sampler_with(history: dict[str, list[float]], **settings) -> GoalSampler:
+    """A learning-progress sampler that knows 2 goals of each bucket of `history` and saw those outcomes."""
+    sampler = GoalSampler(GoalsConfig(sampler="learning_progress", **settings), ENV, seed=0)
+    for bucket, outcomes in history.items():
+        first, second = goals_of(bucket, 2)
+        sampler.observe(first, False, [first, second])  # the partner describes both goals
+        sampler.outcomes[bucket].clear()
+        for outcome in outcomes:
+            sampler.observe(first, bool(outcome), [])
+    return sampler
+
+
+HISTORY = {  # improving, mastered, impossible
+    "grasp animal": [0.0] * 10 + [1.0] * 10,
+    "grasp plant": [1.0] * 20,
+    "grow animal": [0.0] * 20,
+}
+
+
+def test_learning_progress_is_the_change_between_the_window_halves():
+    assert learning_progress([0, 0, 1, 1]) == 1.0
+    assert learning_progress([1, 1, 0, 0]) == 1.0  # absolute: forgetting is progress to make again
+    assert learning_progress([1, 0, 1, 0]) == 0.0
+    assert learning_progress([1]) == 0.0 and learning_progress([]) == 0.0
+
+
+def test_the_improving_bucket_takes_the_draws_a_mastered_and_an_impossible_one_lose_their_share():
+    greedy = sampler_with(HISTORY, epsilon=0.0, window=20)
+    draws = Counter(greedy.bucket_name(greedy.next_goal()) for _ in range(500))
+    assert draws == {"grasp animal": 500}
+    mixed = sampler_with(HISTORY, epsilon=0.3, window=20)
+    draws = Counter(mixed.bucket_name(mixed.next_goal()) for _ in range(3000))
+    # epsilon draws spread over the 6 known goals, 2 per bucket: each bucket gets 0.1 of all draws from them
+    assert draws["grasp animal"] / 3000 == pytest.approx(0.7 + 0.1, abs=0.03)
+    assert draws["grasp plant"] / 3000 == pytest.approx(0.1, abs=0.02)
+    assert draws["grow animal"] / 3000 == pytest.approx(0.1, abs=0.02)
+    stats = mixed.statistics()
+    assert stats["goals_known"] == 6 and stats["lp/grasp animal"] == 1.0 and stats["lp/grasp plant"] == 0.0
+    assert stats["share/grasp animal"] == pytest.approx(draws["grasp animal"] / 3000)
+
+
+def test_competence_buckets_group_the_known_goals_by_success():
+    sampler = GoalSampler(GoalsConfig(sampler="learning_progress", buckets="competence", window=10), ENV, seed=0)
+    solved, hard = goals_of("grasp animal", 1)[0], goals_of("grow animal", 1)[0]
+    sampler.observe(solved, False, [solved, hard])
+    for _ in range(10):
+        sampler.observe(solved, True, [])
+        sampler.observe(hard, False, [])
+    assert sampler.bucket_name(solved) == "competence 0.80-1.00" and sampler.bucket_name(hard) == "competence 0.00-0.20"
+
+
+def test_user_buckets_take_the_first_pattern_a_goal_matches():
+    buckets = {"red things": ("Grasp red *",), "grasping": ("Grasp *",)}
+    sampler = GoalSampler(GoalsConfig(sampler="learning_progress", buckets=buckets), ENV, seed=0)
+    assert sampler.bucket_of["Grasp red dog"] == "red things"
+    assert sampler.bucket_of["Grasp blue dog"] == "grasping"
+    assert sampler.bucket_of["Grow blue dog"] == "other"
+
+
+def test_the_discovered_set_grows_only_from_the_partners_descriptions():
+    sampler = GoalSampler(GoalsConfig(sampler="discovered"), ENV, seed=0)
+    assert sampler.next_goal() is None  # nothing known yet: the environment draws
+    sampler.observe("Grasp red dog", True, [])  # pursuing or reaching a goal does not describe it
+    assert sampler.known == []
+    sampler.observe("Grasp red dog", False, ["Grasp blue cat", "Grasp any cat", "Grasp any animal"])
+    assert sampler.known == ["Grasp blue cat", "Grasp any cat"]  # `Grasp any animal` is a test goal
+    assert {sampler.next_goal() for _ in range(50)} == {"Grasp blue cat", "Grasp any cat"}
+
+
+def test_in_the_environment_every_known_goal_was_described_and_new_episodes_pursue_known_ones():
+    sampler = GoalSampler(GoalsConfig(sampler="discovered"), ENV, seed=0)
+    envs = VectorPlayground(8, ENV, seed=0)
+    envs.goal_source = sampler.next_goal
+    obs, infos = envs.reset()
+    rng, described, drawn_from_known = random.Random(0), set(), []
+    goals, reports = list(infos["goal"]), [[] for _ in range(8)]
+    for _ in range(300):
+        obs, rewards, terminated, truncated, infos = envs.step([rng.choice(a) for a in infos["possible_actions"]])
+        known_at_resets = set(sampler.known)  # what the sampler knew when this step's finished environments reset
+        for i in range(8):
+            if not (terminated[i] or truncated[i]):
+                reports[i] += infos["achieved_goals"][i]
+                continue
+            reports[i] += infos["final_info"][i]["achieved_goals"]
+            sampler.observe(goals[i], bool(terminated[i]), reports[i])
+            described.update(reports[i])
+            if known_at_resets:
+                drawn_from_known.append(infos["goal"][i] in known_at_resets)
+            reports[i], goals[i] = [], infos["goal"][i]
+    assert sampler.known and set(sampler.known) <= described
+    assert len(drawn_from_known) > 50 and all(drawn_from_known)
+
+
+def test_a_sampler_resumed_from_its_state_draws_what_the_uninterrupted_one_draws():
+    first = sampler_with(HISTORY, epsilon=0.3, window=20)
+    [first.next_goal() for _ in range(7)]
+    state = yaml.safe_load(yaml.safe_dump(first.state_dict()))  # plain data, as a checkpoint holds it
+    second = GoalSampler(first.config, ENV, seed=99)
+    second.load_state_dict(state)
+    assert [first.next_goal() for _ in range(50)] == [second.next_goal() for _ in range(50)]
+    assert first.statistics() == second.statistics()
+
+
+def test_grammar_buckets_are_goal_type_and_category():
+    assert grammar_buckets(ENV) == sorted(set(grammar_buckets(ENV)))
+    assert "grasp animal" in grammar_buckets(ENV) and "grow animal" in grammar_buckets(ENV)
+    assert grammar_bucket(catalog().parse("Grasp any red thing")) == "grasp thing"
+    assert grammar_bucket(catalog().parse("Grow any green thing")) == "grow living_thing"
+
+
+@pytest.mark.parametrize(
+    "goals, message",
+    [
+        ({"sampler": "curious"}, "goals.sampler: Input should be 'uniform', 'discovered' or 'learning_progress'"),
+        ({"sampler": "learning_progress", "epsilon": 1.5}, "goals.epsilon: Input should be less than or equal to 1"),
+        ({"sampler": "learning_progress", "epsilon": -0.1}, "goals.epsilon: Input should be greater than or equal"),
+        ({"sampler": "learning_progress", "buckets": {"birds": ["Grasp * bird"]}}, "goals.buckets.birds: ['Grasp * "
+         "bird'] match no train goal"),
+        ({"sampler": "discovered", "initial": ["Grasp any animal"]}, "goals.initial: ['Grasp any animal'] are not "
+         "train goals"),
+        ({"initial": ["Grasp red dog"]}, "goals.initial is for the samplers that know goals"),
+    ],
+)  # fmt: skip
+def test_bad_goal_settings_are_one_line_naming_the_file_and_key(tmp_path, goals, message):
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"algorithm": "sac", "model": {"name_or_path": "x"}, "env": {"simplified": True},
+                                    "goals": goals}))  # fmt: skip
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    assert message in str(error.value) and str(path) in str(error.value) and "\n" not in str(error.value)
