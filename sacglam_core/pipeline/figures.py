@@ -81,6 +81,20 @@ def curves_figure(experiment: Experiment, spec: dict, title: str) -> plt.Figure:
     return fig
 
 
+def _seeds_and_mean(ax: plt.Axes, experiment: Experiment, column: str, palette: dict) -> None:
+    """`column` against environment steps for each variant: each seed thin, their mean thick."""
+    curves = experiment.curves
+    for variant in experiment.variants:
+        mine = curves[curves["variant"] == variant]
+        values = mine.assign(y=pd.to_numeric(mine[column], errors="coerce")).dropna(subset=["y"])
+        if values.empty:
+            continue
+        for _, run in values.groupby("seed"):
+            ax.plot(run["env_steps"], run["y"], color=palette[variant], alpha=0.35, linewidth=0.8)
+        mean = values.groupby("env_steps")["y"].mean()
+        ax.plot(mean.index, mean.to_numpy(), color=palette[variant], linewidth=2, label=experiment.label(variant))
+
+
 def diagnostics_figure(experiment: Experiment) -> plt.Figure:
     """What moves each variant, run by run against environment steps: success, the policy's KL per update and
     entropy, and for SAC the target of its actor's loss (softmax(Q / alpha)'s entropy, Q's spread, alpha). Thin
@@ -94,15 +108,7 @@ def diagnostics_figure(experiment: Experiment) -> plt.Figure:
     fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 3.6 * rows), squeeze=False)
     palette = dict(zip(experiment.variants, sns.color_palette("tab10", len(experiment.variants))))
     for ax, column in zip(axes.flat, panels):
-        for variant in experiment.variants:
-            mine = curves[curves["variant"] == variant]
-            values = mine.assign(y=pd.to_numeric(mine[column], errors="coerce")).dropna(subset=["y"])
-            if values.empty:
-                continue
-            for _, run in values.groupby("seed"):
-                ax.plot(run["env_steps"], run["y"], color=palette[variant], alpha=0.35, linewidth=0.8)
-            mean = values.groupby("env_steps")["y"].mean()
-            ax.plot(mean.index, mean.to_numpy(), color=palette[variant], linewidth=2, label=experiment.label(variant))
+        _seeds_and_mean(ax, experiment, column, palette)
         if column in ("policy_kl", "alpha") and (pd.to_numeric(curves[column], errors="coerce") > 0).any():
             ax.set_yscale("log")
         ax.set_title(DIAGNOSTIC_PANELS[column], fontsize=10)
@@ -126,16 +132,8 @@ def goals_figure(experiment: Experiment, title: str) -> plt.Figure:
     fig, axes = plt.subplots(rows, 2, figsize=(11, 3.6 * rows), squeeze=False)
     palette = dict(zip(experiment.variants, sns.color_palette("tab10", len(experiment.variants))))
     known = axes[0][0]
-    curves = experiment.curves
-    for variant in experiment.variants:
-        mine = curves[curves["variant"] == variant]
-        mine = mine.assign(y=pd.to_numeric(mine.get("goals_known"), errors="coerce")).dropna(subset=["y"])
-        if mine.empty:
-            continue
-        for _, run in mine.groupby("seed"):
-            known.plot(run["env_steps"], run["y"], color=palette[variant], alpha=0.35, linewidth=0.8)
-        mean = mine.groupby("env_steps")["y"].mean()
-        known.plot(mean.index, mean.to_numpy(), color=palette[variant], linewidth=2, label=experiment.label(variant))
+    if "goals_known" in experiment.curves:
+        _seeds_and_mean(known, experiment, "goals_known", palette)
     known.set_title("goals known (described by the social partner, and the initial set)", fontsize=10)
     known.set_xlabel(X_LABELS["env_steps"])
     if known.lines:
