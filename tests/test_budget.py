@@ -204,8 +204,8 @@ def test_other_gpus_are_budgeted_by_the_peak_ratio_rule_as_an_upper_bound_until_
 
 
 def test_the_committed_gpu_check_files_price_h100_and_h200_runs(tmp_path, definitions):
-    """H100: gpu_check's whole-run rates (README); H200: SAC-GLAM+HER's steady rates at b84bcf6, with 4-bit weights
-    as the paper's runs and with bfloat16 weights."""
+    """H100: gpu_check's whole-run rates (README); H200: gpu_check's steady rates at 4c23a5e with 4-bit weights as
+    the paper's runs, and SAC-GLAM+HER's steady rate at b84bcf6 with bfloat16 weights."""
     calibration = budgeting.load_calibration(ROOT / "workflow" / "config" / "calibration.yaml", tmp_path)
     runs = expand(definitions, ["main"], tmp_path)
     h100 = {e.run.variant: e for e in budgeting.estimate(runs, 4, "H100", calibration)}
@@ -215,11 +215,10 @@ def test_the_committed_gpu_check_files_price_h100_and_h200_runs(tmp_path, defini
     assert h100["PPO-GLAM"].gpu_hours == pytest.approx(400_000 / (9.0 * 3600))
     assert h100["SAC-GLAM"].source == "gpu_check measured 2026-11-25, whole run, from sac+her x1.00"
     h200 = {e.run.variant: e for e in budgeting.estimate(runs, 4, "H200", calibration)}
-    assert h200["SAC-GLAM+HER"].source == "gpu_check measured 2026-11-26"
-    assert h200["SAC-GLAM+HER"].gpu_hours == pytest.approx(400_000 / (3.6 * 3600))
-    # PPO-GLAM was not measured there: SAC-GLAM+HER's rate x its relative cost over PPO's (1 / 0.43)
-    assert h200["PPO-GLAM"].source == "gpu_check measured 2026-11-26, from sac+her x2.33"
-    assert h200["PPO-GLAM"].rate == pytest.approx(3.6 * 3600 / 0.43)
+    assert h200["SAC-GLAM+HER"].source == "gpu_check measured 2026-11-27"
+    assert h200["SAC-GLAM+HER"].gpu_hours == pytest.approx(400_000 / (5.12 * 3600))
+    assert h200["PPO-GLAM"].source == "gpu_check measured 2026-11-27"
+    assert h200["PPO-GLAM"].rate == pytest.approx(10.9 * 3600)
     her = next(r for r in runs if r.variant == "SAC-GLAM+HER")
     bf16_weights = replace(her, settings=merge(her.settings, {"model": {"load_in_4bit": False}}))
     assert calibration.rate(bf16_weights.config, "H200") == (pytest.approx(4.0 * 3600), "gpu_check measured 2026-11-26")
