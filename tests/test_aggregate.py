@@ -58,10 +58,11 @@ def write_run(run: Run, success: list[float], finished: bool = True, **columns: 
     run.directory.mkdir(parents=True, exist_ok=True)
     rows = []
     for i, (step, s) in enumerate(zip(STEPS, success)):
-        row = dict.fromkeys(COLUMNS, "") | {column: values[i] for column, values in columns.items()}
+        row = dict.fromkeys(COLUMNS, "")
         row |= {"env_steps": step, "wall_seconds": 36.0 * i, "train_seconds": 30.0 * i, "eval_success": s,
                 "eval_success_grasp": s,
                 "eval_success_grow": s / 2, "eval_success_test": s / 4, "her_share": 0.1 * i}  # fmt: skip
+        row |= {column: values[i] for column, values in columns.items()}  # the test's own columns win
         rows.append(row)
     pd.DataFrame(rows, columns=COLUMNS).to_csv(run.directory / "metrics.csv", index=False)
     (run.directory / "config.yaml").write_text(dump_config(run.config))  # as the trainer writes it
@@ -318,16 +319,22 @@ def test_main_runs_the_papers_settings_and_mini_shows_its_differences():
     mini = hyperparameters(paper_experiment("mini")).set_index(["table", "parameter"])
     sac = mini.loc["Table 2: SAC-GLAM"]
     differing = set(sac.index[sac[DIFFERS] == "SAC-GLAM"])
-    # the paper's critic read from the policy's pass without a target LM, batches of 64, a longer warm-up, and the
-    # settings derived from the run's length; a smaller model on a smaller task
-    assert {"Critic input", "sac.critic.target_lm", "Batch size", "Critic warm-up (update cycles)"} <= differing
-    assert {"Replay buffer capacity", "Entropy coefficient learning rate"} <= differing
-    assert {"Model", "LoRA rank", "Horizon", "Simplified (simple goals only)"} <= differing
-    # the rest is the paper's: the critic on the shared LM, its MLP, the reverse-KL actor loss, the discount...
+    # the paper's regime (docs/studies/paper-regime.md): for time, the paper's critic read from the policy's pass
+    # without a target adapter and batches of 64; spans scaled with the run; a smaller model on a smaller task
+    assert {"Critic input", "sac.critic.target_lm", "Batch size"} <= differing
+    assert {"Replay buffer capacity", "Critic warm-up (update cycles)"} <= differing
+    assert {"Model", "Horizon", "Simplified (simple goals only)"} <= differing
+    # every per-update setting is the paper's, the LoRA adapters included
     same = {"Critic weights", "sac.critic.hidden_units", "Critic learning rate", "Actor learning rate", "Actor loss"}
+    same |= {"Entropy coefficient learning rate", "LoRA rank", "LoRA alpha", "LoRA target modules"}
     assert same.isdisjoint(differing), same & differing
     assert {"Target entropy", "sac.critic.tau", "Number of updates", "Update frequency", "n-step"}.isdisjoint(differing)
     assert sac.loc["Discount factor", "SAC-GLAM"] == 0.99 == sac.loc["Discount factor", "paper"]
+    ppo = mini.loc["Table 1: PPO-GLAM"]
+    ppo_differing = set(ppo.index[ppo[DIFFERS] == "PPO-GLAM"])
+    assert {"Number of epochs per update", "Batch size"} <= ppo_differing  # for time, as SAC's batches
+    ppo_same = {"Number of transitions collected between two updates", "Learning rate", "Discount factor", "LoRA rank"}
+    assert ppo_same.isdisjoint(ppo_differing), ppo_same & ppo_differing
 
 
 def test_the_demos_task_leaves_a_random_policy_at_most_15_percent():
@@ -367,6 +374,28 @@ def test_claims_hold_or_fail_on_known_curves(experiment_dir):
     assert not stricter.holds  # thresholds apply to P, never to the means (SAC+HER's mean is higher)
     (reversed_order,) = check(experiment, {"better": [{"x": "PPO", "y": "SAC+HER", "at_least": 0.5}]}, 0.5)
     assert not reversed_order.holds and "P = 0.17" in reversed_order.evidence
+
+
+def test_claims_on_one_goal_type_read_that_types_curve(experiment_dir):
+    """`goal_type: grow` compares the AUC of grow goals' success: here the reverse of the overall order, so the claim
+    on all goals holds and the one on grow goals fails."""
+    _, runs = experiment_dir
+    grow = {"SAC+HER": [0.0, 0.0, 0.0, 0.1, 0.1], "PPO": [0.0, 0.3, 0.3, 0.3, 0.4]}
+    for run in runs:
+        overall = pd.read_csv(run.directory / "metrics.csv")["eval_success"].tolist()
+        write_run(run, overall, finished=(run.variant, run.seed) != ("PPO", 2), eval_success_grow=grow[run.variant])
+    experiment = load_experiment("demo", runs)
+    claims = [{"x": "SAC+HER", "y": "PPO", "at_least": 0.8}, {"x": "SAC+HER", "y": "PPO", "at_least": 0.8}]
+    claims[1]["goal_type"] = "grow"
+    everything, on_grow = check(experiment, {"better": claims}, 0.5)
+    assert everything.holds and everything.statement == "P(AUC SAC+HER > PPO) >= 0.8"
+    assert not on_grow.holds and on_grow.statement == "P(AUC of grow SAC+HER > PPO) >= 0.8"
+    assert "P = 0.00" in on_grow.evidence and "AUC of grow 0.037 ± 0.000 vs 0.275 ± 0.000" in on_grow.evidence
+    with pytest.raises(ExperimentError, match="goal_type 'swim' is not one of"):
+        check(experiment, {"better": [{"x": "SAC+HER", "y": "PPO", "at_least": 0.8, "goal_type": "swim"}]}, 0.5)
+    sequential = {"x": "SAC+HER", "y": "PPO", "at_least": 0.5, "goal_type": "grow then grasp"}
+    (unevaluated,) = check(experiment, {"better": [sequential]}, 0.5)
+    assert not unevaluated.holds and "grow then grasp is not evaluated at every point" in unevaluated.evidence
 
 
 def test_time_claims_compare_mean_training_time(experiment_dir):

@@ -5,6 +5,7 @@
       margin: 0.15
       better:  # probability of improvement of the AUC of success against steps, over pairs of seeds
         - {x: SAC-GLAM+HER, y: PPO-GLAM, at_least: 0.8}
+        - {x: SAC-GLAM+HER, y: PPO-GLAM, at_least: 0.6, goal_type: grow}  # the AUC of grow goals' success
       time:  # mean training time (acting and updates) of x over y's
         - {x: SAC-GLAM+HER, y: PPO-GLAM, at_most: 2.0}
 
@@ -34,9 +35,12 @@ from pathlib import Path
 import numpy as np
 
 from sacglam_core.config import RunConfig
+from sacglam_core.envs.goals import GoalType
 from sacglam_core.evaluation import evaluate, random_policy
 from sacglam_core.pipeline.aggregate import (
+    GOAL_TYPE_COLUMNS,
     Experiment,
+    area_under_curve,
     load_experiment,
     per_run,
     probability_of_improvement,
@@ -75,6 +79,19 @@ def check(experiment: Experiment, claims: dict | None, baseline: float) -> list[
     def values(variant: str, column: str) -> np.ndarray:
         return runs.loc[runs["variant"] == variant, column].to_numpy(float) if len(runs) else np.array([])
 
+    def goal_type_aucs(variant: str, goal_type: str) -> np.ndarray:
+        """Per seed, the AUC of `goal_type`'s success curve (NaN where a point lacks it)."""
+        column = GOAL_TYPE_COLUMNS[GoalType(goal_type)]
+        curves = experiment.curves[experiment.curves["variant"] == variant]
+        return np.array(
+            [
+                area_under_curve(run["env_steps"].to_numpy(float), run[column].to_numpy(float))
+                if column in run.columns
+                else np.nan
+                for _, run in curves.groupby("seed", sort=True)
+            ]
+        )
+
     out = []
     for variant in spec.learns:
         final = values(variant, "final_success")
@@ -86,16 +103,23 @@ def check(experiment: Experiment, claims: dict | None, baseline: float) -> list[
             )
         )
     for claim in spec.better:
-        a, b = values(claim.x, "auc")[:, None], values(claim.y, "auc")[:, None]
-        statement = f"P(AUC {claim.x} > {claim.y}) >= {claim.at_least}"
+        if claim.goal_type is None:
+            auc, a, b = "AUC", values(claim.x, "auc")[:, None], values(claim.y, "auc")[:, None]
+        else:
+            auc = f"AUC of {claim.goal_type}"
+            a, b = goal_type_aucs(claim.x, claim.goal_type)[:, None], goal_type_aucs(claim.y, claim.goal_type)[:, None]
+        statement = f"P({auc} {claim.x} > {claim.y}) >= {claim.at_least}"
         if not (len(a) and len(b)):
             out.append(Claim(statement, False, f"no finished runs of {claim.x if not len(a) else claim.y}"))
+            continue
+        if np.isnan(a).any() or np.isnan(b).any():
+            out.append(Claim(statement, False, f"{claim.goal_type} is not evaluated at every point of every run"))
             continue
         p = probability_of_improvement(a, b)
         low, high = stratified_bootstrap(probability_of_improvement, a, b)
         evidence = (
             f"P = {p:.2f} [95% CI {low:.2f}, {high:.2f}] over {len(a)} x {len(b)} seed pairs; "
-            f"AUC {_mean_std(a[:, 0])} vs {_mean_std(b[:, 0])}"
+            f"{auc} {_mean_std(a[:, 0])} vs {_mean_std(b[:, 0])}"
         )
         out.append(Claim(statement, p >= claim.at_least, evidence))
     for claim in spec.time:

@@ -157,7 +157,8 @@ def check_figures(name: str, spec: dict, variants: list[str]) -> None:
 # -- claims ------------------------------------------------------------------------------------------------
 # An experiment's `claims:`, checked by `python -m sacglam_core.pipeline.claims <experiment>`:
 #   learns: [PPO-GLAM, SAC-GLAM]  # final success above the random policy's by `margin` (default 0.15)
-#   better: [{x: SAC-GLAM, y: PPO-GLAM, at_least: 0.6}]  # P(x's AUC > y's) over seed pairs >= at_least
+#   better: [{x: SAC-GLAM, y: PPO-GLAM, at_least: 0.6}]  # P(x's AUC > y's) over seed pairs >= at_least; with
+#     goal_type: grow, the AUC of that goal type's success
 #   time: [{x: SAC-GLAM+HER, y: PPO-GLAM, at_most: 2.0}]  # x's mean training time / y's <= at_most
 # Read with the definitions, so a misspelt variant or threshold fails before any training.
 CLAIM_KEYS = {"learns", "margin", "better", "time"}
@@ -168,6 +169,10 @@ class Better:
     x: str
     y: str
     at_least: float
+    goal_type: str | None = None  # the AUC of this goal type's success; None: of all goals
+
+
+GOAL_TYPES = ("grasp", "grow", "grow then grasp", "grow then grow")  # envs.goals.GoalType, without its imports
 
 
 @dataclass(frozen=True)
@@ -185,17 +190,20 @@ class Claims:
     time: tuple[TimeRatio, ...] = ()
 
 
-def _pairs(where: str, raw, threshold: str, low: float, high: float) -> list[tuple[str, str, float]]:
+def _pairs(where: str, raw, threshold: str, low: float, high: float, optional: tuple[str, ...] = ()) -> list[dict]:
     if not isinstance(raw, list):
         raise ExperimentError(f"{where} must be a list of {{x, y, {threshold}}} mappings")
     pairs = []
     for entry in raw:
-        if not isinstance(entry, dict) or set(entry) != {"x", "y", threshold}:
-            raise ExperimentError(f"{where}: each entry needs exactly the keys x, y and {threshold}, got {entry!r}")
+        required = {"x", "y", threshold}
+        if not isinstance(entry, dict) or not required <= set(entry) <= required | set(optional):
+            also = f" (optional: {', '.join(optional)})" if optional else ""
+            keys = f"x, y and {threshold}{also}"
+            raise ExperimentError(f"{where}: each entry needs exactly the keys {keys}, got {entry!r}")
         value = entry[threshold]
         if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
             raise ExperimentError(f"{where}: {threshold} must be a number in [{low}, {high}], got {value!r}")
-        pairs.append((str(entry["x"]), str(entry["y"]), float(value)))
+        pairs.append({**entry, "x": str(entry["x"]), "y": str(entry["y"]), threshold: float(value)})
     return pairs
 
 
@@ -215,8 +223,12 @@ def parse_claims(experiment: str, raw, variants: list[str]) -> Claims:
     margin = raw.get("margin", 0.15)
     if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin <= 1:
         raise ExperimentError(f"{where}: margin must be a number in [0, 1], got {margin!r}")
-    better = [Better(*p) for p in _pairs(f"{where}, better", raw.get("better") or [], "at_least", 0.0, 1.0)]
-    time = [TimeRatio(*p) for p in _pairs(f"{where}, time", raw.get("time") or [], "at_most", 0.0, 1e6)]
+    better_pairs = _pairs(f"{where}, better", raw.get("better") or [], "at_least", 0.0, 1.0, ("goal_type",))
+    better = [Better(**p) for p in better_pairs]
+    for claim in better:
+        if claim.goal_type is not None and claim.goal_type not in GOAL_TYPES:
+            raise ExperimentError(f"{where}, better: goal_type {claim.goal_type!r} is not one of {list(GOAL_TYPES)}")
+    time = [TimeRatio(**p) for p in _pairs(f"{where}, time", raw.get("time") or [], "at_most", 0.0, 1e6)]
     named = [*learns, *(c.x for c in [*better, *time]), *(c.y for c in [*better, *time])]
     unknown = sorted({str(v) for v in named if v not in variants})
     if unknown:
