@@ -19,6 +19,7 @@ from functools import cached_property
 from pathlib import Path
 
 from sacglam_core.config import ConfigError, RunConfig, parse_config
+from sacglam_core.envs.goals import GoalType
 from sacglam_core.pipeline import yamlfile
 
 EXPERIMENT_KEYS = {"claims", "figures", "seeds", "settings", "variants", "grid"}
@@ -172,9 +173,6 @@ class Better:
     goal_type: str | None = None  # the AUC of this goal type's success; None: of all goals
 
 
-GOAL_TYPES = ("grasp", "grow", "grow then grasp", "grow then grow")  # envs.goals.GoalType, without its imports
-
-
 @dataclass(frozen=True)
 class TimeRatio:
     x: str
@@ -226,8 +224,9 @@ def parse_claims(experiment: str, raw, variants: list[str]) -> Claims:
     better_pairs = _pairs(f"{where}, better", raw.get("better") or [], "at_least", 0.0, 1.0, ("goal_type",))
     better = [Better(**p) for p in better_pairs]
     for claim in better:
-        if claim.goal_type is not None and claim.goal_type not in GOAL_TYPES:
-            raise ExperimentError(f"{where}, better: goal_type {claim.goal_type!r} is not one of {list(GOAL_TYPES)}")
+        if claim.goal_type is not None and claim.goal_type not in set(GoalType):
+            types = [t.value for t in GoalType]
+            raise ExperimentError(f"{where}, better: goal_type {claim.goal_type!r} is not one of {types}")
     time = [TimeRatio(**p) for p in _pairs(f"{where}, time", raw.get("time") or [], "at_most", 0.0, 1e6)]
     named = [*learns, *(c.x for c in [*better, *time]), *(c.y for c in [*better, *time])]
     unknown = sorted({str(v) for v in named if v not in variants})
