@@ -32,7 +32,7 @@ from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load
 from sacglam_core.pipeline.figures import curves_figure, diagnostics_figure, goals_figure
 from sacglam_core.pipeline.outputs import expected_outputs, write_experiment_results
 from sacglam_core.pipeline.outputs import main as outputs_main
-from sacglam_core.pipeline.tables import DIFFERS, hyperparameters, summary_markdown
+from sacglam_core.pipeline.tables import DIFFERS, hyperparameters, hyperparameters_markdown, summary_markdown
 
 DEFINITIONS = {
     "defaults": {  # evaluations at steps 0, 100, 200, 300 and 400
@@ -290,6 +290,19 @@ def test_hyperparameter_tables_come_from_the_configs(experiment_dir):
     assert differs["Target entropy"] == "SAC+HER" and differs["Model"] == "SAC+HER"
     assert differs["Update frequency"] == "" and differs["n-step"] == ""
     assert table3.loc["Environment steps", "paper"] == 400_000 and table3.loc["Environment steps", "SAC+HER"] == 400
+
+
+def test_variant_names_holding_commas_are_bolded_whole():
+    """`autotelic_mini_tuning`'s variants are named "..., window 100": the Markdown copy bolds each variant's cell."""
+    a, b, c = "SAC, window 100", "SAC, window 40", "SAC"
+    table = pd.DataFrame(
+        [["T", "window", 100, 100, 40, 7, f"{b}, {c}"], ["T", "lr", 1, 2, 2, 2, f"{a}, {b}, {c}"], ["T", "n", 3, 3, 3, 3, ""]],
+        columns=["table", "parameter", "paper", a, b, c, DIFFERS],
+    )
+    marked = hyperparameters_markdown(table)
+    assert marked.loc[0, [a, b, c]].tolist() == [100, "**40**", "**7**"]
+    assert marked.loc[1, [a, b, c]].tolist() == ["**2**", "**2**", "**2**"]
+    assert marked.loc[2, [a, b, c]].tolist() == [3, 3, 3]
 
 
 def test_an_unset_setting_reads_none_in_bold_where_the_paper_sets_it(experiment_dir):

@@ -184,10 +184,23 @@ def hyperparameters(experiment: Experiment) -> pd.DataFrame:
 def hyperparameters_markdown(table: pd.DataFrame) -> pd.DataFrame:
     """The table with each setting that differs from the paper in bold."""
     marked = table.astype(object).where(table.notna(), "")  # a variant's column is empty in other tables
+    variants = list(table.columns[table.columns.get_loc("paper") + 1 : table.columns.get_loc(DIFFERS)])
     for index, row in table.iterrows():
-        for variant in filter(None, str(row[DIFFERS]).split(", ")):
+        for variant in _joined_names(str(row[DIFFERS]), variants) or ():
             marked.at[index, variant] = f"**{row[variant]}**"
     return marked
+
+
+def _joined_names(text: str, names: list[str]) -> list[str] | None:
+    """The names, in their order, whose ", "-join is `text`: a variant's name may hold ", " itself."""
+    if not text:
+        return []
+    for i, name in enumerate(names):
+        if text == name:
+            return [name]
+        if text.startswith(name + ", ") and (rest := _joined_names(text[len(name) + 2 :], names[i + 1 :])) is not None:
+            return [name, *rest]
+    return None
 
 
 def _pm(mean: float, std: float, digits: int = 3) -> str:
