@@ -320,11 +320,14 @@ class GoalsConfig:
     name -> glob patterns over goal strings (a goal joins the first bucket it matches, `other` if none)."""
     epsilon: Fraction = 0.2
     """Share of `learning_progress`'s draws made uniformly among the known goals (MAGELLAN's floor)."""
-    window: Positive = 100
+    window: Annotated[int, Field(ge=2)] = 100
     """Recent training outcomes kept per bucket (per goal for `competence` buckets); learning progress compares
     their newer half with their older half."""
-    competence_levels: Positive = 5
+    competence_levels: Annotated[int, Field(ge=2)] = 5
     """Success-rate levels of `competence` buckets."""
+
+
+LEARNING_PROGRESS_SETTINGS = ("buckets", "epsilon", "window", "competence_levels")
 
 
 @settings
@@ -465,13 +468,28 @@ def goal_problems(goals: GoalsConfig, env: EnvConfig) -> list[str]:
     problems = []
     if goals.sampler == "uniform" and goals.initial:
         problems.append("goals.initial is for the samplers that know goals (discovered, learning_progress)")
+    if goals.sampler != "uniform" and env.split != "train":
+        problems.append(f"goals.sampler {goals.sampler} learns the goals the partner describes, train goals only: "
+                        "env.split must be train")  # fmt: skip
+    changed = [k for k in LEARNING_PROGRESS_SETTINGS if getattr(goals, k) != getattr(GoalsConfig(), k)]
+    if goals.sampler != "learning_progress" and changed:
+        problems.append(f"goals.{', goals.'.join(changed)}: settings of sampler learning_progress, not {goals.sampler}")
+    elif goals.buckets != "competence" and "competence_levels" in changed:
+        problems.append("goals.competence_levels: a setting of buckets: competence")
     unknown = [g for g in goals.initial if g not in set(train)]
     if unknown:
         problems.append(f"goals.initial: {unknown} are not train goals of this environment")
     if isinstance(goals.buckets, dict):
+        if "other" in goals.buckets:
+            problems.append("goals.buckets.other: `other` names the goals that no bucket's patterns match")
+        taken = {
+            next((n for n, ps in goals.buckets.items() if any(fnmatchcase(g, p) for p in ps)), None) for g in train
+        }
         for name, patterns in goals.buckets.items():
             if not any(fnmatchcase(g, p) for g in train for p in patterns):
                 problems.append(f"goals.buckets.{name}: {list(patterns)} match no train goal of this environment")
+            elif name not in taken:
+                problems.append(f"goals.buckets.{name}: every goal {list(patterns)} match joins an earlier bucket")
     return problems
 
 

@@ -149,10 +149,11 @@ class GoalSampler:
         progress (`goals/share/<bucket>`, `goals/lp/<bucket>`)."""
         stats = {"goals_known": float(len(self.known))}
         total = sum(self.drawn.values())
-        for name, members in self.buckets().items():
+        buckets = self.buckets()
+        for name in [*buckets, *(n for n in self.drawn if n not in buckets)]:  # competence buckets may have emptied
             stats[f"share/{name}"] = self.drawn.get(name, 0) / total if total else 0.0
-            if self.config.sampler == "learning_progress":
-                stats[f"lp/{name}"] = self.bucket_progress(name, members)
+            if self.config.sampler == "learning_progress" and name in buckets:
+                stats[f"lp/{name}"] = self.bucket_progress(name, buckets[name])
         self.drawn = {}
         return stats
 

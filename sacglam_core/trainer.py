@@ -199,7 +199,7 @@ class Trainer:
         for episode in self.recorder.step(choices, rewards, terminated, truncated, obs, infos, extras):
             self.algo.add(episode)
             if self.goals is not None:
-                self.goals.observe(episode.goal, episode.terminated, [g for step in episode.reports for g in step])
+                self.goals.observe(episode.goal, episode.terminated, episode.described)
             finished += 1
             succeeded += int(episode.terminated)
         self.window[0] += finished

@@ -49,10 +49,16 @@ class Episode:
     reports: list[list[str]] = field(default_factory=list)
     terminated: bool = False
     extras: dict[str, list] = field(default_factory=dict)  # per-step algorithm data (e.g. PPO's log-probs)
+    described_before: list[str] = field(default_factory=list)  # reports of the episode's earlier segments (`cut`)
 
     @property
     def length(self) -> int:
         return len(self.actions)
+
+    @property
+    def described(self) -> list[str]:
+        """Every goal the partner reported since the episode began, earlier segments included."""
+        return self.described_before + [goal for step in self.reports for goal in step]
 
     def state_dict(self) -> dict:
         """Tensors and plain Python only (safe for `torch.load(weights_only=True)`)."""
@@ -64,6 +70,7 @@ class Episode:
             "rewards": self.rewards,
             "reports": self.reports,
             "terminated": self.terminated,
+            "described_before": self.described_before,
             "extras": {
                 k: [torch.from_numpy(x) if isinstance(x, np.ndarray) else x for x in v] for k, v in self.extras.items()
             },
@@ -79,6 +86,7 @@ class Episode:
             rewards=list(state["rewards"]),
             reports=[list(r) for r in state["reports"]],
             terminated=state["terminated"],
+            described_before=list(state.get("described_before", ())),  # absent from checkpoints written before it
             extras={
                 k: [x.numpy() if isinstance(x, torch.Tensor) else x for x in v] for k, v in state["extras"].items()
             },
@@ -178,7 +186,10 @@ class EpisodeRecorder:
     def cut(self) -> list[Episode]:
         segments = [e for e in self.open if e.length > 0]
         self.open = [
-            Episode(e.goal, [e.observations[-1]], [e.candidates[-1]]) if e.length > 0 else e for e in self.open
+            Episode(e.goal, [e.observations[-1]], [e.candidates[-1]], described_before=e.described)
+            if e.length > 0
+            else e
+            for e in self.open
         ]
         return segments
 

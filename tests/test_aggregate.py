@@ -189,6 +189,21 @@ def test_the_goal_samplers_buckets_and_known_goals_are_read_and_drawn(experiment
     assert max(figure.axes[0].lines[-1].get_ydata()) == 8  # the mean of the two seeds' known goals at the end
 
 
+def test_a_bucket_one_seed_has_not_found_counts_as_no_share_of_its_draws(experiment_dir):
+    """The mean shares over seeds add up to 1 where a seed knows fewer buckets than another."""
+    _, runs = experiment_dir
+    for run in runs:
+        if run.variant == "SAC+HER" and run.seed in (0, 1):
+            shares = (
+                {"share/grasp animal": 0.5, "share/grow animal": 0.5} if run.seed == 0 else {"share/grasp animal": 1}
+            )
+            write_run(run, [0.0, 0.2, 0.4, 0.6, 0.8], goal_buckets=[json.dumps(shares)] * 5)
+    curves = goal_bucket_curves(load_experiment("demo", runs))
+    means = curves.groupby(["env_steps", "bucket"])["share"].mean().unstack("bucket")
+    assert means.sum(axis=1).tolist() == pytest.approx([1.0] * 5)
+    assert means["grow animal"].tolist() == pytest.approx([0.25] * 5)
+
+
 def test_auc_and_steps_to_threshold():
     assert area_under_curve(np.array(STEPS, float), np.array([0.0, 0.25, 0.5, 0.75, 1.0])) == pytest.approx(0.5)
     assert area_under_curve(np.array(STEPS, float), np.ones(5)) == pytest.approx(1.0)
@@ -296,7 +311,11 @@ def test_variant_names_holding_commas_are_bolded_whole():
     """`autotelic_mini_tuning`'s variants are named "..., window 100": the Markdown copy bolds each variant's cell."""
     a, b, c = "SAC, window 100", "SAC, window 40", "SAC"
     table = pd.DataFrame(
-        [["T", "window", 100, 100, 40, 7, f"{b}, {c}"], ["T", "lr", 1, 2, 2, 2, f"{a}, {b}, {c}"], ["T", "n", 3, 3, 3, 3, ""]],
+        [
+            ["T", "window", 100, 100, 40, 7, f"{b}, {c}"],
+            ["T", "lr", 1, 2, 2, 2, f"{a}, {b}, {c}"],
+            ["T", "n", 3, 3, 3, 3, ""],
+        ],
         columns=["table", "parameter", "paper", a, b, c, DIFFERS],
     )
     marked = hyperparameters_markdown(table)

@@ -6,9 +6,13 @@ from collections import Counter
 import pytest
 import yaml
 
-from sacglam_core.config import ConfigError, GoalsConfig, load_config
+from sacglam_core.agent.tokens import PromptTokens
+from sacglam_core.config import ConfigError, GoalsConfig, ModelConfig, load_config
 from sacglam_core.envs import EnvConfig, VectorPlayground, catalog
+from sacglam_core.envs.playground import ACTION_VOCABULARY
 from sacglam_core.goal_sampling import GoalSampler, grammar_bucket, grammar_buckets, learning_progress
+from sacglam_core.models.loading import load_tokenizer
+from sacglam_core.trajectories import EpisodeRecorder
 
 ENV = EnvConfig(simplified=True, n_objects=6, max_steps=7)
 
@@ -69,6 +73,23 @@ def test_competence_buckets_group_the_known_goals_by_success():
     assert sampler.bucket_name(solved) == "competence 0.80-1.00" and sampler.bucket_name(hard) == "competence 0.00-0.20"
 
 
+def test_competence_bucket_shares_add_up_to_one_after_goals_change_bucket():
+    """Draws made while goals sat in a level they have since left still count in the row's shares."""
+    sampler = GoalSampler(GoalsConfig(sampler="learning_progress", buckets="competence", window=4), ENV, seed=0)
+    first, second = goals_of("grasp animal", 2)
+    sampler.observe(first, False, [first, second])
+    sampler.outcomes.clear()
+    for _ in range(5):
+        sampler.next_goal()  # both goals at level 0.00-0.20
+    for _ in range(4):
+        sampler.observe(first, True, [])
+        sampler.observe(second, True, [])
+    stats = sampler.statistics()
+    shares = {k: v for k, v in stats.items() if k.startswith("share/")}
+    assert sum(shares.values()) == pytest.approx(1.0) and shares["share/competence 0.00-0.20"] == 1.0
+    assert "lp/competence 0.00-0.20" not in stats  # an empty level has no learning progress
+
+
 def test_user_buckets_take_the_first_pattern_a_goal_matches():
     buckets = {"red things": ("Grasp red *",), "grasping": ("Grasp *",)}
     sampler = GoalSampler(GoalsConfig(sampler="learning_progress", buckets=buckets), ENV, seed=0)
@@ -111,6 +132,31 @@ def test_in_the_environment_every_known_goal_was_described_and_new_episodes_purs
     assert len(drawn_from_known) > 50 and all(drawn_from_known)
 
 
+def test_descriptions_made_before_a_rollout_boundary_reach_the_sampler(tiny_models):
+    """PPO cuts open episodes at each rollout's end: the finished episode still carries every goal the partner
+    described since it began, which is what the trainer gives the sampler."""
+    tokens = PromptTokens(load_tokenizer(ModelConfig(str(tiny_models["tiny-t5"]))))
+    envs, recorder, rng = VectorPlayground(4, ENV, seed=0), EpisodeRecorder(tokens), random.Random(0)
+    obs, infos = envs.reset()
+    recorder.reset(infos["goal"], obs, infos["possible_actions"])
+    reported, finished, before_a_cut = [[] for _ in range(4)], 0, 0
+    for step in range(300):
+        candidates = recorder.candidates()
+        choices = [rng.randrange(len(c)) for c in candidates]
+        obs, rewards, terminated, truncated, infos = envs.step(
+            [ACTION_VOCABULARY[c[k]] for c, k in zip(candidates, choices)]
+        )
+        ended = [i for i in range(4) if terminated[i] or truncated[i]]
+        for i in range(4):
+            reported[i] += infos["final_info"][i]["achieved_goals"] if i in ended else infos["achieved_goals"][i]
+        for i, episode in zip(ended, recorder.step(choices, rewards, terminated, truncated, obs, infos), strict=True):
+            assert episode.described == reported[i]
+            finished, before_a_cut, reported[i] = finished + 1, before_a_cut + len(episode.described_before), []
+        if step % 3 == 2:
+            recorder.cut()
+    assert finished > 100 and before_a_cut > 20
+
+
 def test_a_sampler_resumed_from_its_state_draws_what_the_uninterrupted_one_draws():
     first = sampler_with(HISTORY, epsilon=0.3, window=20)
     [first.next_goal() for _ in range(7)]
@@ -139,6 +185,16 @@ def test_grammar_buckets_are_goal_type_and_category():
         ({"sampler": "discovered", "initial": ["Grasp any animal"]}, "goals.initial: ['Grasp any animal'] are not "
          "train goals"),
         ({"initial": ["Grasp red dog"]}, "goals.initial is for the samplers that know goals"),
+        ({"sampler": "learning_progress", "window": 1}, "goals.window: Input should be greater than or equal to 2"),
+        ({"sampler": "learning_progress", "buckets": "competence", "competence_levels": 1},
+         "goals.competence_levels: Input should be greater than or equal to 2"),
+        ({"sampler": "learning_progress", "competence_levels": 3}, "goals.competence_levels: a setting of buckets: "
+         "competence"),
+        ({"sampler": "discovered", "epsilon": 0.5, "window": 40}, "goals.epsilon, goals.window: settings of sampler "
+         "learning_progress, not discovered"),
+        ({"sampler": "learning_progress", "buckets": {"other": ["Grasp *"]}}, "goals.buckets.other: `other` names"),
+        ({"sampler": "learning_progress", "buckets": {"grasping": ["Grasp *"], "grasping dogs": ["Grasp * dog"]}},  # yaml.safe_dump sorts keys
+         "goals.buckets.grasping dogs: every goal ['Grasp * dog'] match joins an earlier bucket"),
     ],
 )  # fmt: skip
 def test_bad_goal_settings_are_one_line_naming_the_file_and_key(tmp_path, goals, message):
@@ -148,3 +204,12 @@ def test_bad_goal_settings_are_one_line_naming_the_file_and_key(tmp_path, goals,
     with pytest.raises(ConfigError) as error:
         load_config(path)
     assert message in str(error.value) and str(path) in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_sampler_that_learns_goals_from_the_partner_refuses_the_test_split(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"algorithm": "sac", "model": {"name_or_path": "x"}, "env": {"split": "test"},
+                                    "goals": {"sampler": "discovered"}}))  # fmt: skip
+    with pytest.raises(ConfigError, match="goals.sampler discovered learns the goals the partner describes, train "
+                                          "goals only: env.split must be train"):  # fmt: skip
+        load_config(path)

@@ -297,15 +297,23 @@ def diagnostics_table(experiment: Experiment) -> pd.DataFrame:
 
 def goal_bucket_curves(experiment: Experiment) -> pd.DataFrame:
     """The goal samplers' buckets in long form: variant, seed, env_steps, bucket, share (of the goals drawn since
-    the previous row) and lp (its learning progress at the row; NaN for samplers without it)."""
-    rows = []
+    the previous row) and lp (its learning progress at the row; NaN for samplers without it). A bucket that another
+    seed of the variant knows has share 0 in a row without it, so that the mean shares over seeds add up to 1."""
+    records = []
     if "goal_buckets" in experiment.curves:
         for record in experiment.curves.dropna(subset=["goal_buckets"]).to_dict("records"):
             values = json.loads(record["goal_buckets"]) if isinstance(record["goal_buckets"], str) else {}
-            for bucket in sorted({key.split("/", 1)[1] for key in values}):
-                share, lp = values.get(f"share/{bucket}", np.nan), values.get(f"lp/{bucket}", np.nan)
-                where = {"variant": record["variant"], "seed": record["seed"], "env_steps": record["env_steps"]}
-                rows.append(where | {"bucket": bucket, "share": share, "lp": lp})
+            if values:
+                records.append((record, values))
+    buckets: dict[str, set[str]] = {}
+    for record, values in records:
+        buckets.setdefault(record["variant"], set()).update(key.split("/", 1)[1] for key in values)
+    rows = []
+    for record, values in records:
+        where = {"variant": record["variant"], "seed": record["seed"], "env_steps": record["env_steps"]}
+        for bucket in sorted(buckets[record["variant"]]):
+            share, lp = values.get(f"share/{bucket}", 0.0), values.get(f"lp/{bucket}", np.nan)
+            rows.append(where | {"bucket": bucket, "share": share, "lp": lp})
     return pd.DataFrame(rows, columns=["variant", "seed", "env_steps", "bucket", "share", "lp"])
 
 
