@@ -311,7 +311,7 @@ class GoalsConfig:
     sampler: Literal["uniform", "discovered", "learning_progress"] = "uniform"
     """`uniform`: the environment draws among its train goals (the paper). `discovered`: uniformly among the goals
     the social partner has described so far and `initial` (IMAGINE). `learning_progress`: among those, a bucket by
-    absolute learning progress, with a share `epsilon` drawn uniformly (MAGELLAN)."""
+    absolute learning progress, a share `epsilon` of buckets drawn uniformly (MAGELLAN)."""
     initial: tuple[str, ...] = ()
     """Goals the agent knows before any description (train goals of the environment)."""
     buckets: Literal["grammar", "competence"] | dict[str, tuple[str, ...]] = "grammar"
@@ -319,7 +319,8 @@ class GoalsConfig:
     expert buckets); `competence`, the known goals grouped by their success rate into `competence_levels` levels; or
     name -> glob patterns over goal strings (a goal joins the first bucket it matches, `other` if none)."""
     epsilon: Fraction = 0.2
-    """Share of `learning_progress`'s draws made uniformly among the known goals (MAGELLAN's floor)."""
+    """Share of `learning_progress`'s draws that pick a bucket of known goals uniformly, whatever its progress
+    (MAGELLAN's floor, so that a small bucket is tried as often as a large one)."""
     window: Annotated[int, Field(ge=2)] = 100
     """Recent training outcomes kept per bucket (per goal for `competence` buckets); learning progress compares
     their newer half with their older half."""

@@ -5,9 +5,10 @@ own choice among the goals it knows.
 - `discovered`: the agent knows the goals its social partner has described to it so far, plus an initial set
   (empty by default, as in IMAGINE, Colas et al. 2020), and draws among them uniformly; before it knows any, the
   environment draws.
-- `learning_progress`: among the known goals, a bucket is drawn with probability proportional to the absolute
-  learning progress of the agent's competence on it, with a uniform share `epsilon` over the known goals, then a
-  goal uniformly within the bucket (MAGELLAN, Gaven et al. 2025, its online and expert-bucket samplers). Buckets
+- `learning_progress`: among the buckets of the known goals, one is drawn with probability proportional to the
+  absolute learning progress of the agent's competence on it, or uniformly (a share `epsilon` of the draws, and
+  all of them while no bucket shows progress), then a goal uniformly within the bucket (MAGELLAN, Gaven et al.
+  2025, its online and expert-bucket samplers; its epsilon decays from 1 to 0.2, here it stays). Buckets
   are the goal grammar's (goal type x the category of the objects it names, MAGELLAN's expert knowledge), the
   user's (glob patterns over goal strings), or made online from competence (goals grouped by their success rate:
   this project's design, MAGELLAN keeps one bucket per goal).
@@ -86,17 +87,17 @@ class GoalSampler:
         """The next episode's goal, or None to let the environment draw one."""
         if self.config.sampler == "uniform" or not self.known:
             return None
-        if self.config.sampler == "discovered" or self.rng.random() < self.config.epsilon:
+        if self.config.sampler == "discovered":
             goal = self.rng.choice(self.known)
-        else:
+        else:  # MAGELLAN's EK-Online-ALP: a bucket by progress, or uniformly (epsilon, or no progress anywhere)
             buckets = self.buckets()
             names = list(buckets)
             weights = [self.bucket_progress(name, members) for name, members in buckets.items()]
-            if sum(weights) <= 0:
-                goal = self.rng.choice(self.known)
+            if self.rng.random() < self.config.epsilon or sum(weights) <= 0:
+                name = self.rng.choice(names)
             else:
                 name = self.rng.choices(names, weights=weights)[0]
-                goal = self.rng.choice(buckets[name])
+            goal = self.rng.choice(buckets[name])
         self.drawn[self.bucket_name(goal)] = self.drawn.get(self.bucket_name(goal), 0) + 1
         return goal
 

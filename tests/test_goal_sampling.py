@@ -54,13 +54,28 @@ def test_the_improving_bucket_takes_the_draws_a_mastered_and_an_impossible_one_l
     assert draws == {"grasp animal": 500}
     mixed = sampler_with(HISTORY, epsilon=0.3, window=20)
     draws = Counter(mixed.bucket_name(mixed.next_goal()) for _ in range(3000))
-    # epsilon draws spread over the 6 known goals, 2 per bucket: each bucket gets 0.1 of all draws from them
+    # epsilon draws spread over the 3 buckets: each gets 0.1 of all draws from them
     assert draws["grasp animal"] / 3000 == pytest.approx(0.7 + 0.1, abs=0.03)
     assert draws["grasp plant"] / 3000 == pytest.approx(0.1, abs=0.02)
     assert draws["grow animal"] / 3000 == pytest.approx(0.1, abs=0.02)
     stats = mixed.statistics()
     assert stats["goals_known"] == 6 and stats["lp/grasp animal"] == 1.0 and stats["lp/grasp plant"] == 0.0
     assert stats["share/grasp animal"] == pytest.approx(draws["grasp animal"] / 3000)
+
+
+def test_uniform_draws_are_over_buckets_so_a_small_bucket_is_not_starved():
+    """MAGELLAN's epsilon branch draws a bucket, not a goal: a bucket of 1 known goal beside one of 20 gets half of
+    the draws while neither shows progress, and epsilon / 2 of them once the large one progresses."""
+    sampler = GoalSampler(GoalsConfig(sampler="learning_progress", epsilon=0.4, window=20), ENV, seed=0)
+    many, one = goals_of("grasp animal", 20), goals_of("grow animal", 1)
+    sampler.observe(many[0], False, many + one)
+    sampler.outcomes.clear()
+    draws = Counter(sampler.bucket_name(sampler.next_goal()) for _ in range(2000))
+    assert draws["grow animal"] / 2000 == pytest.approx(0.5, abs=0.04)
+    for outcome in [0.0] * 10 + [1.0] * 10:
+        sampler.observe(many[0], bool(outcome), [])
+    draws = Counter(sampler.bucket_name(sampler.next_goal()) for _ in range(2000))
+    assert draws["grow animal"] / 2000 == pytest.approx(0.2, abs=0.03)
 
 
 def test_competence_buckets_group_the_known_goals_by_success():
@@ -193,11 +208,12 @@ def test_grammar_buckets_are_goal_type_and_category():
         ({"sampler": "discovered", "epsilon": 0.5, "window": 40}, "goals.epsilon, goals.window: settings of sampler "
          "learning_progress, not discovered"),
         ({"sampler": "learning_progress", "buckets": {"other": ["Grasp *"]}}, "goals.buckets.other: `other` names"),
-        ({"sampler": "learning_progress", "buckets": {"grasping": ["Grasp *"], "grasping dogs": ["Grasp * dog"]}},  # yaml.safe_dump sorts keys
+        ({"sampler": "learning_progress", "buckets": {"grasping": ["Grasp *"], "grasping dogs": ["Grasp * dog"]}},
          "goals.buckets.grasping dogs: every goal ['Grasp * dog'] match joins an earlier bucket"),
     ],
 )  # fmt: skip
 def test_bad_goal_settings_are_one_line_naming_the_file_and_key(tmp_path, goals, message):
+    """(yaml.safe_dump sorts a mapping's keys: buckets are listed here in their order in the file.)"""
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump({"algorithm": "sac", "model": {"name_or_path": "x"}, "env": {"simplified": True},
                                     "goals": goals}))  # fmt: skip
