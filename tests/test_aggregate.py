@@ -185,7 +185,7 @@ def test_the_goal_samplers_buckets_and_known_goals_are_read_and_drawn(experiment
     assert list(last["share"]) == [1.0, 1.0] and list(last["lp"]) == pytest.approx([0.8, 0.8])
     figure = goals_figure(experiment, "goals")
     titles = [ax.get_title() for ax in figure.axes if ax.get_visible()]
-    assert titles[0].startswith("goals known") and "SAC+HER: share of the goals drawn per bucket" in titles
+    assert titles[0].startswith("goals known") and "SAC+HER:\nshare of the goals drawn per bucket" in titles
     assert max(figure.axes[0].lines[-1].get_ydata()) == 8  # the mean of the two seeds' known goals at the end
 
 

@@ -146,7 +146,7 @@ def goals_figure(experiment: Experiment, title: str) -> plt.Figure:
             if table.notna().any().any():
                 table.plot(ax=ax, linewidth=1.5)
                 ax.legend(fontsize=7, loc="best", ncol=2)
-            ax.set_title(f"{variant}: {what} per bucket", fontsize=10)
+            ax.set_title(f"{variant}:\n{what} per bucket", fontsize=10)  # two lines: long names overlap
             ax.set_xlabel(X_LABELS["env_steps"])
     fig.suptitle(f"{title} ({experiment.name}): goal sampling, means over seeds", fontsize=10)
     fig.tight_layout()
