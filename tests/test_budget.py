@@ -104,6 +104,17 @@ def test_partial_finished_and_measured_runs(tmp_path, definitions):
     assert budget.spent_finished == pytest.approx(40) and budget.spent_partial == pytest.approx(10)
 
 
+def test_a_run_checkpointed_on_cpus_spends_no_gpu_hours(tmp_path, definitions):
+    """The local profile writes to the same results folder: its unfinished runs cost no GPU-hour."""
+    runs = expand(definitions, ["main"], tmp_path)
+    checkpoint(runs[0], steps=100_000, world=1)
+    line = {"env_steps": 100_000, "steps_per_s": 30.0, "eta_s": 60.0, "wall_seconds": 3000.0, "gpus": 0, "time": 1.0}
+    (runs[0].directory / "progress.json").write_text(json.dumps(line))
+    checkpoint(runs[1], steps=100_000, world=4)
+    (runs[1].directory / "progress.json").write_text(json.dumps(line | {"gpus": 4}))
+    assert make(runs, tmp_path).spent_partial == pytest.approx(20)  # runs[1]'s quarter of 80 GPU-h
+
+
 @pytest.mark.parametrize(
     "damage", [{"wall_seconds": "x"}, {"gpus": "four"}, {"env_steps": None}, {"wall_seconds": -1.0}, "[3600]", "{"]
 )

@@ -297,7 +297,10 @@ def spent(results: str | Path, gpu_type: str, calibration: Calibration) -> tuple
             continue
         try:
             config = load_config(config_file)
-        except ConfigError:
+            line = runstate.progress_line(run_dir)
+        except (runstate.RunStateError, ConfigError):
+            continue
+        if line is not None and line.gpus == 0:  # trained on CPUs (the local profile's runs share `results`)
             continue
         gpus = progress.world if gpu_type != "cpu" else 0
         rate, _ = calibration.rate(config, gpu_type if gpus else "cpu")
