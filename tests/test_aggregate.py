@@ -178,6 +178,8 @@ def test_the_goal_samplers_buckets_and_known_goals_are_read_and_drawn(experiment
             buckets = [json.dumps({"share/grasp animal": 1 - k / 4, "share/grow animal": k / 4, "lp/grasp animal": 0.1,
                                    "lp/grow animal": 0.2 * k}) for k in range(5)]  # fmt: skip
             write_run(run, [0.0, 0.2, 0.4, 0.6, 0.8], goals_known=[0, 2, 4, 6, 8], goal_buckets=buckets)
+        if run.variant == "PPO" and run.seed == 0:  # as `discovered` writes them: shares, no learning progress
+            write_run(run, [0.0] * 5, goal_buckets=[json.dumps({"share/grasp animal": 1.0})] * 5)
     experiment = load_experiment("demo", runs)
     curves = goal_bucket_curves(experiment)
     assert set(curves["bucket"]) == {"grasp animal", "grow animal"} and set(curves["seed"]) == {0, 1}
@@ -186,6 +188,7 @@ def test_the_goal_samplers_buckets_and_known_goals_are_read_and_drawn(experiment
     figure = goals_figure(experiment, "goals")
     titles = [ax.get_title() for ax in figure.axes if ax.get_visible()]
     assert titles[0].startswith("goals known") and "SAC+HER:\nshare of the goals drawn per bucket" in titles
+    assert "PPO:\nshare of the goals drawn per bucket" in titles and "PPO:\nlearning progress per bucket" not in titles
     assert max(figure.axes[0].lines[-1].get_ydata()) == 8  # the mean of the two seeds' known goals at the end
 
 

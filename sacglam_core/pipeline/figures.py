@@ -143,9 +143,11 @@ def goals_figure(experiment: Experiment, title: str) -> plt.Figure:
         mine = buckets[buckets["variant"] == variant].groupby(["env_steps", "bucket"])[["share", "lp"]].mean()
         for column, ax, what in (("share", share_ax, "share of the goals drawn"), ("lp", lp_ax, "learning progress")):
             table = mine[column].unstack("bucket")
-            if table.notna().any().any():
-                table.plot(ax=ax, linewidth=1.5)
-                ax.legend(fontsize=7, loc="best", ncol=2)
+            if not table.notna().any().any():  # `discovered` measures no learning progress
+                ax.set_visible(False)
+                continue
+            table.plot(ax=ax, linewidth=1.5)
+            ax.legend(fontsize=7, loc="best", ncol=2)
             ax.set_title(f"{variant}:\n{what} per bucket", fontsize=10)  # two lines: long names overlap
             ax.set_xlabel(X_LABELS["env_steps"])
     fig.suptitle(f"{title} ({experiment.name}): goal sampling, means over seeds", fontsize=10)
