@@ -113,6 +113,8 @@ def test_a_run_checkpointed_on_cpus_spends_no_gpu_hours(tmp_path, definitions):
     checkpoint(runs[1], steps=100_000, world=4)
     (runs[1].directory / "progress.json").write_text(json.dumps(line | {"gpus": 4}))
     assert make(runs, tmp_path).spent_partial == pytest.approx(20)  # runs[1]'s quarter of 80 GPU-h
+    (runs[1].directory / "progress.json").write_text("{")  # damaged: its checkpoint still counts
+    assert make(runs, tmp_path).spent_partial == pytest.approx(20)
 
 
 @pytest.mark.parametrize(

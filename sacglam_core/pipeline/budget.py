@@ -297,9 +297,12 @@ def spent(results: str | Path, gpu_type: str, calibration: Calibration) -> tuple
             continue
         try:
             config = load_config(config_file)
-            line = runstate.progress_line(run_dir)
-        except (runstate.RunStateError, ConfigError):
+        except ConfigError:
             continue
+        try:
+            line = runstate.progress_line(run_dir)
+        except runstate.RunStateError:  # a damaged progress line: the checkpoint still counts
+            line = None
         if line is not None and line.gpus == 0:  # trained on CPUs (the local profile's runs share `results`)
             continue
         gpus = progress.world if gpu_type != "cpu" else 0
