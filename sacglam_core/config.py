@@ -472,7 +472,8 @@ def goal_problems(goals: GoalsConfig, env: EnvConfig) -> list[str]:
     if goals.sampler != "uniform" and env.split != "train":
         problems.append(f"goals.sampler {goals.sampler} learns the goals the partner describes, train goals only: "
                         "env.split must be train")  # fmt: skip
-    changed = [k for k in LEARNING_PROGRESS_SETTINGS if getattr(goals, k) != getattr(GoalsConfig(), k)]
+    defaults = GoalsConfig()
+    changed = [k for k in LEARNING_PROGRESS_SETTINGS if getattr(goals, k) != getattr(defaults, k)]
     if goals.sampler != "learning_progress" and changed:
         problems.append(f"goals.{', goals.'.join(changed)}: settings of sampler learning_progress, not {goals.sampler}")
     elif goals.buckets != "competence" and "competence_levels" in changed:
