@@ -83,9 +83,14 @@ class ModelConfig:
     cache_dir: str | None = None
     """Hugging Face cache folder to load from; null: the hub's default (`HF_HUB_CACHE` or `HF_HOME`)."""
     compile: bool = False
-    """`torch.compile` the LLM's transformer stacks (dynamic shapes): several times fewer operator calls from the
-    host per pass, at the cost of minutes of compilation at the start of each process; fused kernels round
-    differently, so results agree with the eager model's within float tolerance, not bit for bit."""
+    """`torch.compile` each transformer block of the LLM (regional compilation, static shapes): fused kernels, at the
+    cost of compiling each block's kinds and shapes at the start of a process (cached where `TORCHINDUCTOR_CACHE_DIR`
+    points); fused kernels round differently, so results agree with the eager model's within float tolerance."""
+
+    capture: bool = True
+    """On a GPU, replay each kind of pass and update from a captured CUDA graph (agent/static.py): the same kernels
+    on the same numbers, launched with one call instead of tens of thousands. Not with float16 (its loss scaler
+    decides on the host); no effect on a CPU."""
 
     @property
     def is_local_path(self) -> bool:
@@ -414,6 +419,7 @@ class RunConfig:
         """A hash of everything that changes results (not where they are written). A setting added after runs
         existed counts only when it differs from its default, so that adding it never re-runs a finished run."""
         settings_ = {k: v for k, v in asdict(self).items() if k not in ("output_dir", "threads", "monitor")}
+        del settings_["model"]["capture"]  # how kernels are launched, not which ones run
         for (section, key), default in ADDED_LATER.items():
             if settings_[section][key] == default:
                 del settings_[section][key]

@@ -83,7 +83,9 @@ class Trainer:
         torch.set_flush_denormal(True)  # denormals make CPU backward passes several times slower
         torch.manual_seed(config.seed)  # the same initial heads on every rank
         sac = config.algorithm == "sac"
-        agent_config = AgentConfig(model, critic=config.sac.critic if sac else None, value_head=not sac)
+        agent_config = AgentConfig(
+            model, config.sac.critic if sac else None, not sac, max_candidates=config.env.max_candidates
+        )
         self.agent = GlamAgent.from_config(agent_config, ACTION_VOCABULARY)
         self.model_sha256 = _weights_sha256(model)
         self.envs = VectorPlayground(config.num_envs // ranks.world, config.env, seed=config.seed * 1000 + ranks.rank)
@@ -186,7 +188,7 @@ class Trainer:
         """One step of every environment, the update when due, then metrics, progress and checkpoint when due."""
         tick = time.perf_counter()
         candidates = self.recorder.candidates()
-        batch = self.agent.batch_from_ids(
+        batch = self.agent.lm.collate(
             self.recorder.prompts(),
             [[self.action_tokens[a] for a in c] for c in candidates],
             [c.tolist() for c in candidates],

@@ -7,16 +7,17 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
 from sacglam_core.agent import AgentConfig, CriticConfig, GlamAgent, GlamLM
-from sacglam_core.agent.batch import collate
+from sacglam_core.agent.batch import WIDTH_MULTIPLE, Shapes, collate
 from sacglam_core.agent.shared_prompt import shared_prompt_attention
+from sacglam_core.agent.static import stage
 from sacglam_core.config import LoraSettings, ModelConfig
 from sacglam_core.envs import VectorPlayground
 from sacglam_core.envs.playground import ACTION_VOCABULARY
 
 
-def make_agent(path, critic=None, lora=None, **model_options) -> GlamAgent:
+def make_agent(path, critic=None, lora=None, max_candidates=None, **model_options) -> GlamAgent:
     torch.manual_seed(0)
-    config = AgentConfig(ModelConfig(path, lora=lora, **model_options), critic=critic)
+    config = AgentConfig(ModelConfig(path, lora=lora, **model_options), critic=critic, max_candidates=max_candidates)
     return GlamAgent.from_config(config, ACTION_VOCABULARY)
 
 
@@ -31,16 +32,15 @@ def env_inputs(n=6, seed=0, steps=3):
     return infos["goal"], obs, infos["possible_actions"]
 
 
-def test_batched_scores_equal_naive_scores_and_gradients(tiny_path):
-    agent = make_agent(tiny_path)
+@pytest.mark.parametrize("slots", [None, 10], ids=["slots as needed", "static slots"])
+def test_batched_scores_equal_naive_scores_and_gradients(tiny_path, slots):
+    agent = make_agent(tiny_path, max_candidates=slots)
     goals, obs, candidates = env_inputs()
     batch = agent.batch(goals, obs, candidates)
-    assert len(set(batch.counts.tolist())) > 1  # variable-length candidate lists
-    fast = agent.lm.score(batch).action_logp
-    per_prompt = [
-        [batch.action_tokens[j] for j in range(len(batch.owner)) if batch.owner[j] == i] for i in range(len(goals))
-    ]
-    naive = agent.lm.score_naive(batch.prompt_tokens, per_prompt)
+    assert len(set(batch.sizes)) > 1  # variable-length candidate lists
+    assert batch.slots == (slots or max(batch.sizes)) and batch.prompt_ids.shape[1] % WIDTH_MULTIPLE == 0
+    fast = agent.lm.score(batch).action_logp[batch.candidate_mask]
+    naive = agent.lm.score_naive(batch.prompt_tokens, batch.candidate_tokens)
     torch.testing.assert_close(fast, naive, atol=1e-4, rtol=1e-4)
     params = agent.lm.parameters_of()
     fast_grads = torch.autograd.grad(fast.sum(), params, allow_unused=True)
@@ -57,7 +57,7 @@ def test_policy_is_a_softmax_over_each_prompts_candidates(tiny_path):
     policy, out = agent.policy(batch)
     torch.testing.assert_close(policy.probs.sum(1), torch.ones(len(goals)))
     for i, actions in enumerate(candidates):
-        scores = out.action_logp[batch.owner == i]
+        scores = out.action_logp[i, : len(actions)]
         torch.testing.assert_close(policy.log_probs[i, : len(actions)], torch.log_softmax(scores, 0))
         assert (policy.probs[i, len(actions) :] == 0).all()
     generator = torch.Generator().manual_seed(0)
@@ -75,8 +75,105 @@ def test_empty_candidate_list_is_rejected():
 
 def test_a_batch_lies_on_the_device_it_was_built_for():
     """Not only on a GPU: the step-cost benchmark scores on the meta device."""
-    batch = collate([[1, 2]], [[[3], [4, 5]]], 0, False, device="meta")
-    assert {t.device.type for t in (batch.prompt_ids, batch.prompt_mask, batch.action_ids, batch.owner)} == {"meta"}
+    host = collate([[1, 2]], [[[3], [4, 5]]], 0, False)
+    batch = host.on(stage(host.arrays, "meta").tensors)
+    tensors = (batch.prompt_ids, batch.prompt_mask, batch.action_ids, batch.candidate_mask)
+    assert {t.device.type for t in tensors} == {"meta"}
+
+
+def test_a_batch_has_the_runs_static_shape_whatever_it_holds():
+    """Prompts padded to a multiple of WIDTH_MULTIPLE, candidates to the run's slots, actions to its widest; an empty
+    slot repeats its prompt's first candidate and is masked; the staged tensors hold the host arrays."""
+    host = collate([[1, 2, 3], [4]], [[[5], [6, 7]], [[8]]], 0, False, shapes=Shapes(candidates=3, action_width=4))
+    assert host.arrays["prompt_ids"].shape == (2, WIDTH_MULTIPLE)
+    assert host.arrays["action_ids"].shape == (2, 3, 4)
+    assert host.arrays["candidate_mask"].tolist() == [[True, True, False], [True, False, False]]
+    assert host.arrays["action_ids"][1, :, 0].tolist() == [8, 8, 8]
+    batch = host.on(stage(host.arrays, "cpu").tensors)
+    for name, array in host.arrays.items():
+        assert getattr(batch, name).numpy().tolist() == array.tolist(), name
+    with pytest.raises(ValueError, match="more than the 1 slots"):
+        collate([[1]], [[[5], [6]]], 0, False, shapes=Shapes(candidates=1))
+    with pytest.raises(ValueError, match="3 tokens, more than the 2"):
+        collate([[1]], [[[5, 6, 7]]], 0, False, shapes=Shapes(action_width=2))
+
+
+@pytest.mark.parametrize("model", ["tiny-t5", "tiny-causal"])
+def test_padding_changes_no_score_hidden_state_or_q_value(tiny_models, model):
+    """A prompt's scores, hidden states and Q-values are those of the prompt alone, whatever the batch's slots and
+    widths (the mathematics of the unpadded rows)."""
+    critic = CriticConfig(input="obs_action", hidden_units=32)
+    agent = make_agent(str(tiny_models[model]), critic, max_candidates=9)
+    goals, obs, candidates = env_inputs(n=4, steps=4)
+    with torch.no_grad():
+        batch = agent.batch(goals, obs, candidates)
+        out, q = agent.lm.score(batch, hidden=True), agent.q(batch)
+        for i in range(len(goals)):
+            alone = agent.batch(goals[i : i + 1], obs[i : i + 1], candidates[i : i + 1])
+            own, own_q = agent.lm.score(alone, hidden=True), agent.q(alone)
+            n = len(candidates[i])
+            torch.testing.assert_close(out.action_logp[i, :n], own.action_logp[0, :n], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(out.action_hidden[i, :n], own.action_hidden[0, :n], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(out.prompt_hidden[i], own.prompt_hidden[0], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(q[i, :n], own_q[0, :n], atol=1e-5, rtol=1e-5)
+
+
+def test_seq2seq_hidden_states_are_those_of_one_full_forward_per_action(tiny_models):
+    """The decoded action's state after its last token, the state at the start token, and the paper's critic input
+    (the decoder's start-token state over the encoded prompt + action), against the model's own forward on each
+    sequence alone."""
+    agent = make_agent(str(tiny_models["tiny-t5"]), CriticConfig(hidden_units=32), max_candidates=8)
+    goals, obs, candidates = env_inputs(n=3, steps=4)
+    model, start = agent.lm.model, agent.lm.model.config.decoder_start_token_id
+    with torch.no_grad():
+        batch = agent.batch(goals, obs, candidates)
+        out, concat = agent.lm.score(batch, hidden=True), agent.lm.concat_hidden(batch)
+        for i, (prompt, actions) in enumerate(zip(batch.prompt_tokens, batch.candidate_tokens)):
+            for j, action in enumerate(actions):
+                decoded = model(
+                    input_ids=torch.tensor([prompt]),
+                    decoder_input_ids=torch.tensor([[start, *action]]),
+                    output_hidden_states=True,
+                ).decoder_hidden_states[-1][0]
+                torch.testing.assert_close(out.action_hidden[i, j], decoded[-1], atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(out.prompt_hidden[i], decoded[0], atol=1e-5, rtol=1e-5)
+                whole = model(
+                    input_ids=torch.tensor([prompt[:-1] + action + prompt[-1:]]),
+                    decoder_input_ids=torch.tensor([[start]]),
+                    output_hidden_states=True,
+                ).decoder_hidden_states[-1][0, 0]
+                torch.testing.assert_close(concat[i, j], whole, atol=1e-5, rtol=1e-5)
+
+
+def test_a_bart_like_seq2seq_model_scores_as_its_own_forward(tiny_models):
+    """Models whose LM head adds a bias (BART, Marian, Pegasus) score as one full forward per action does."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    tokenizer = make_agent(str(tiny_models["tiny-t5"])).lm.tokenizer
+    torch.manual_seed(2)
+    config = BartConfig(
+        vocab_size=len(tokenizer),
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+        forced_eos_token_id=None,
+    )
+    model = BartForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        model.final_logits_bias.normal_()
+    agent = GlamAgent(GlamLM(model, tokenizer, "seq2seq"))
+    batch = agent.batch(*env_inputs(n=3))
+    with torch.no_grad():
+        fast = agent.lm.score(batch).action_logp[batch.candidate_mask]
+        naive = agent.lm.score_naive(batch.prompt_tokens, batch.candidate_tokens)
+    torch.testing.assert_close(fast, naive, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("lora", [None, LoraSettings(r=4)], ids=["full", "lora"])
@@ -157,7 +254,7 @@ def test_a_causal_lm_reads_prompt_and_action_alike_in_one_pass_or_one_sequence_p
     """For a causal LM the hidden state at an action's last token is the same whether the action is decoded after
     its prompt's cache (`decoded_action`, read from the policy's pass) or read with its prompt as one sequence (the
     paper's `obs_action`): the same critic, one pass instead of one more per candidate."""
-    agent = make_agent(str(tiny_models["tiny-causal"]))
+    agent = make_agent(str(tiny_models["tiny-causal"]), CriticConfig(hidden_units=32))
     batch = agent.batch(*env_inputs())
     with torch.no_grad():
         _, out = agent.policy(batch, hidden=True)
@@ -212,7 +309,7 @@ def test_actions_reading_their_prompts_keys_in_place_match_the_copied_cache(tiny
     agent = make_agent(str(tiny_models["tiny-causal"]), lora=lora)
     goals, obs, candidates = env_inputs(n=8, steps=4)
     batch = agent.batch(goals, obs, candidates)
-    assert len(set(batch.counts.tolist())) > 1 and len(set(map(len, batch.action_tokens))) > 1
+    assert len(set(batch.sizes)) > 1 and len({len(a) for c in batch.candidate_tokens for a in c}) > 1
     assert_shared_prompt_matches_the_cache(agent.lm, batch)
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from sacglam_core.agent import AgentConfig, GlamAgent
+from sacglam_core.agent.static import stage
 from sacglam_core.algos.ppo import PPO, value_loss
 from sacglam_core.algos.sac import ACTOR_LOSSES, SAC
 from sacglam_core.config import SACConfig, parse_config
@@ -38,7 +39,7 @@ def rollout(agent: GlamAgent, config, steps: int = 64, algo=None) -> tuple[list,
             choices, extras = [rng.randrange(len(c)) for c in candidates], {}
         else:
             tokens = [[agent.tokens.action(ACTION_VOCABULARY[a]) for a in c] for c in candidates]
-            batch = agent.batch_from_ids(recorder.prompts(), tokens, [c.tolist() for c in candidates])
+            batch = agent.collate(recorder.prompts(), tokens, [c.tolist() for c in candidates])
             choices, extras = algo.act(batch, generator)
         obs, rewards, terminated, truncated, infos = envs.step(
             [ACTION_VOCABULARY[c[k]] for c, k in zip(candidates, choices)]
@@ -203,7 +204,8 @@ def test_the_policy_kl_of_an_update_is_measured_on_its_batch_and_changes_nothing
         before, batches, sample = copy.deepcopy(algo.agent), [], algo._batches
         algo._batches = lambda index: batches.append(sample(index)) or batches[-1]
         algo.update(None, env_steps=10_000)
-        return algo, before, batches[0][1]
+        current = batches[0][0]["current"]
+        return algo, before, current.on(stage(current.arrays, "cpu").tensors)
 
     algo, before, current = trained(every)
     plain, _, _ = trained(0)

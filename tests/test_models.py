@@ -51,7 +51,7 @@ def env_batch(lm: GlamLM, n=8, seed=0):
     envs = VectorPlayground(n, seed=seed)
     obs, infos = envs.reset()
     tokens = PromptTokens(lm.tokenizer)
-    return lm.collate(
+    return lm.batch(
         [tokens.prompt(g, o) for g, o in zip(infos["goal"], obs)],
         [tokens.actions(a) for a in infos["possible_actions"]],
     )

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
-from sacglam_core.agent.batch import CandidateBatch
+from sacglam_core.agent.batch import CandidateBatch, HostBatch, Shapes
 from sacglam_core.agent.critic import Critic, ValueHead
 from sacglam_core.agent.lm import GlamLM, LMOutput
 from sacglam_core.agent.policy import CandidateDistribution
+from sacglam_core.agent.static import Graphs, Outputs, stage
 from sacglam_core.agent.tokens import PromptTokens
 from sacglam_core.config import CriticConfig, ModelConfig
 from sacglam_core.models.loading import load_model, load_tokenizer, resolve_dtype
@@ -23,6 +25,7 @@ class AgentConfig:
     model: ModelConfig
     critic: CriticConfig | None = None  # SAC
     value_head: bool = False  # PPO
+    max_candidates: int | None = None  # the environment's largest candidate set: every batch's candidate slots
 
 
 class GlamAgent(nn.Module):
@@ -33,23 +36,37 @@ class GlamAgent(nn.Module):
         value_head: bool = False,
         action_vocabulary: Sequence[str] | None = None,
         compute_dtype: str = "float32",
+        max_candidates: int | None = None,
+        capture: bool = True,
     ) -> None:
         super().__init__()
         self.lm = lm
         self.compute_dtype = compute_dtype  # the LLM's (resolved) model.dtype: float16 calls for loss scaling
         self.tokens = PromptTokens(lm.tokenizer)
         self.action_index = {a: i for i, a in enumerate(action_vocabulary or ())}
+        widest = max((len(self.tokens.action(a)) for a in self.action_index), default=None)
+        lm.shapes = Shapes(max_candidates, widest)
         self.critic = Critic(lm, critic, len(self.action_index)) if critic else None
         self.value_head = ValueHead(lm) if value_head else None
+        # fp16's loss scaler decides on the host whether a step is taken: its runs stay eager.
+        self.graphs = Graphs(lm.device, capture and compute_dtype != "float16")
 
     @classmethod
     def from_config(cls, config: AgentConfig, action_vocabulary: Sequence[str] | None = None) -> GlamAgent:
         model_config = dataclasses.replace(config.model, dtype=resolve_dtype(config.model))
         model, architecture = load_model(model_config)
         lm = GlamLM(model, load_tokenizer(model_config), architecture)
-        agent = cls(lm, config.critic, config.value_head, action_vocabulary, model_config.dtype).to(lm.device)
+        agent = cls(
+            lm,
+            config.critic,
+            config.value_head,
+            action_vocabulary,
+            model_config.dtype,
+            config.max_candidates,
+            model_config.capture,
+        ).to(lm.device)
         if model_config.compile:
-            lm.compile_stacks()  # after the critic's weight sets exist: they are compiled too
+            lm.compile_blocks()  # after the critic's weight sets exist: they are compiled too
         return agent
 
     # -- checkpoints -----------------------------------------------------------------------------
@@ -78,12 +95,47 @@ class GlamAgent(nn.Module):
     def batch_from_ids(
         self, prompts: list[list[int]], candidates: list[list[list[int]]], action_index=None
     ) -> CandidateBatch:
-        return self.lm.collate(prompts, candidates, action_index)
+        """A batch on the device, with the critic's prompt + action rows when it reads them."""
+        return self.lm.batch(prompts, candidates, action_index, concat=self.reads_concat)
+
+    def collate(
+        self, prompts: list[list[int]], candidates: list[list[list[int]]], action_index=None, slots: int | None = None
+    ) -> HostBatch:
+        """A batch's arrays on the host, for `run`."""
+        return self.lm.collate(prompts, candidates, action_index, concat=self.reads_concat, slots=slots)
+
+    @property
+    def reads_concat(self) -> bool:
+        """Whether the critic reads prompt + action sequences (the paper's critic)."""
+        return self.critic is not None and self.critic.config.input == "obs_action"
 
     def _indices(self, candidates: Sequence[Sequence[str]]) -> list[list[int]] | None:
         if not self.action_index:
             return None
         return [[self.action_index.get(a, -1) for a in actions] for actions in candidates]
+
+    def run(
+        self,
+        kind: str,
+        fn: Callable[[dict[str, CandidateBatch], dict[str, torch.Tensor]], Outputs],
+        batches: dict[str, HostBatch],
+        arrays: dict[str, np.ndarray] | None = None,
+        flags: tuple = (),
+    ) -> Outputs:
+        """`fn(batches, tensors)` on the device, every batch and array staged in one copy: replayed from a captured
+        CUDA graph on a GPU (agent/static.py), one per kind of call, its host-side `flags` and its shapes."""
+        arrays = arrays or {}
+        named = {f"{name}.{key}": a for name, host in batches.items() for key, a in host.arrays.items()}
+        staged = stage(named | arrays, self.lm.device)
+
+        def call(tensors: dict[str, torch.Tensor]) -> Outputs:
+            on = {
+                name: host.on({key: tensors[f"{name}.{key}"] for key in host.arrays}) for name, host in batches.items()
+            }
+            return fn(on, {key: tensors[key] for key in arrays})
+
+        key = (kind, flags, tuple((name, tuple(t.shape)) for name, t in staged.tensors.items()))
+        return self.graphs.run(key, call, staged)
 
     # -- model outputs ---------------------------------------------------------------------------
     def policy(self, batch: CandidateBatch, hidden: bool = False) -> tuple[CandidateDistribution, LMOutput]:
@@ -110,7 +162,19 @@ class GlamAgent(nn.Module):
         generator: torch.Generator | None = None,
     ) -> list[int]:
         """The index, in each environment's candidate list, of the chosen action."""
-        batch = self.batch(goals, observations, candidates)
-        policy, _ = self.policy(batch)
+        prompts = [self.tokens.prompt(g, o) for g, o in zip(goals, observations)]
+        host = self.lm.collate(prompts, [self.tokens.actions(list(c)) for c in candidates], self._indices(candidates))
+        policy = self.acting_policy(host)
         choice = policy.greedy() if greedy else policy.sample(generator)
         return choice.tolist()
+
+    def acting_policy(self, host: HostBatch) -> CandidateDistribution:
+        """The policy over a batch's candidates, without gradients (a captured pass on a GPU)."""
+
+        @torch.no_grad()
+        def scores(batches: dict[str, CandidateBatch], _) -> Outputs:
+            policy, _ = self.policy(batches["states"])
+            return {"log_probs": policy.log_probs, "mask": policy.mask}
+
+        out = self.run("act", scores, {"states": host})
+        return CandidateDistribution(out["log_probs"], out["mask"])

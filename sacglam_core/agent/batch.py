@@ -1,34 +1,60 @@
-"""Batches of prompts, each with its own variable-length list of candidate actions, as token ids."""
+"""Batches of prompts with their candidate actions, as token ids laid out in static shapes.
+
+A batch holds B prompts and, for each, `Shapes.candidates` slots of candidate actions (the environment's most),
+each action padded to `Shapes.action_width` tokens (the action vocabulary's longest) and each prompt to a width
+rounded up to a multiple of `WIDTH_MULTIPLE`: a run's passes see a few shapes, so that one captured CUDA graph
+serves every call of a shape (agent/static.py). Padding is masked, so the mathematics is that of the unpadded
+rows. An empty slot repeats its prompt's first candidate, so that every sequence a pass reads is a real one (no
+fully masked attention row, no non-finite value to mask later); `candidate_mask` leaves it out of every softmax,
+expectation and mean.
+
+Batches are assembled on the host in numpy (`HostBatch`) and reach the device in one copy (`static.Staging`).
+"""
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+WIDTH_MULTIPLE = 16  # prompt widths are rounded up to a multiple of this: a few shapes, at most 15 tokens of padding
+
+
+def round_up(n: int, multiple: int = WIDTH_MULTIPLE) -> int:
+    return -(-n // multiple) * multiple
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The static sizes of a run's batches; None takes each batch's own (a shape per batch: tests, benchmarks)."""
+
+    candidates: int | None = None
+    """Candidate slots per prompt: the environment's largest candidate set (`EnvConfig.max_candidates`)."""
+    action_width: int | None = None
+    """Tokens per action: the longest action of the action vocabulary."""
+
 
 @dataclass
 class CandidateBatch:
-    """B prompts and A candidate actions in total; `owner[j]` is the prompt of action j.
-
-    Prompts are padded on the left for causal LMs (so their last token is aligned) and on the right for
-    seq2seq models; actions are padded on the right. `action_index` holds each action's index in a fixed
-    action vocabulary, for critics with one output per action (-1 where unknown).
-    """
+    """B prompts, each with C candidate slots, on a device. Prompts are padded on the left for causal LMs (so that
+    their last token is aligned) and on the right for seq2seq models; actions on the right. `action_index` is each
+    action's index in a fixed action vocabulary, for critics with one output per action (-1 where unknown).
+    `concat_ids` (the paper's critic) holds each prompt + action as one sequence, padded like the prompts."""
 
     prompt_ids: torch.Tensor  # [B, Lp]
-    prompt_mask: torch.Tensor  # [B, Lp]
-    action_ids: torch.Tensor  # [A, La]
-    action_mask: torch.Tensor  # [A, La]
-    owner: torch.Tensor  # [A]
-    counts: torch.Tensor  # [B] candidates per prompt
-    action_index: torch.Tensor  # [A]
-    prompt_tokens: list[list[int]]
-    action_tokens: list[list[int]]
+    prompt_mask: torch.Tensor  # [B, Lp] 0/1
+    action_ids: torch.Tensor  # [B, C, La]
+    action_mask: torch.Tensor  # [B, C, La] 0/1
+    candidate_mask: torch.Tensor  # [B, C] bool: a real candidate (not an empty slot)
+    action_index: torch.Tensor  # [B, C]
+    concat_ids: torch.Tensor | None  # [B, C, Lc]
+    concat_mask: torch.Tensor | None  # [B, C, Lc] 0/1
     # Kept on the host too: reading them from the tensors would wait for the GPU.
-    sizes: list[int]  # candidates per prompt
+    prompt_tokens: list[list[int]]
+    candidate_tokens: list[list[list[int]]]
     indexed: bool  # whether every action has its index in the action vocabulary
 
     @property
@@ -36,49 +62,56 @@ class CandidateBatch:
         return self.prompt_ids.shape[0]
 
     @property
-    def max_candidates(self) -> int:
-        return max(self.sizes)
+    def slots(self) -> int:
+        """Candidate slots per prompt (C)."""
+        return self.action_ids.shape[1]
 
-    def owners(self) -> list[int]:
-        """`owner` on the host."""
-        return [i for i, n in enumerate(self.sizes) for _ in range(n)]
-
-    def slots(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(row, column) of every action in a padded [B, max_candidates] layout."""
-        starts = torch.cumsum(self.counts, 0) - self.counts
-        column = torch.arange(len(self.owner), device=self.owner.device) - starts[self.owner]
-        return self.owner, column
-
-    def pad(self, values: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
-        """Per-action values [A, ...] laid out as [B, max_candidates, ...]."""
-        out = values.new_full((self.num_prompts, self.max_candidates, *values.shape[1:]), fill)
-        row, column = self.slots()
-        return out.index_put((row, column), values)
-
-    def candidate_mask(self) -> torch.Tensor:
-        """[B, max_candidates]: True where a candidate exists."""
-        return torch.arange(self.max_candidates, device=self.counts.device)[None, :] < self.counts[:, None]
+    @property
+    def sizes(self) -> list[int]:
+        """Candidates per prompt."""
+        return [len(c) for c in self.candidate_tokens]
 
 
-def pad_rows(rows: list[list[int]], value: int, left: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Pad token lists to one width; returns ids and the attention mask (int64 arrays)."""
+@dataclass
+class HostBatch:
+    """A batch's arrays on the host, before they are staged on the device."""
+
+    arrays: dict[str, np.ndarray]
+    prompt_tokens: list[list[int]]
+    candidate_tokens: list[list[list[int]]]
+    indexed: bool
+
+    @property
+    def sizes(self) -> list[int]:
+        """Candidates per prompt."""
+        return [len(c) for c in self.candidate_tokens]
+
+    def on(self, tensors: dict[str, torch.Tensor]) -> CandidateBatch:
+        """The batch over `tensors`, the staged copies of `arrays` (same names)."""
+        concat = "concat_ids" in tensors
+        return CandidateBatch(
+            tensors["prompt_ids"],
+            tensors["prompt_mask"],
+            tensors["action_ids"],
+            tensors["action_mask"],
+            tensors["candidate_mask"],
+            tensors["action_index"],
+            tensors["concat_ids"] if concat else None,
+            tensors["concat_mask"] if concat else None,
+            self.prompt_tokens,
+            self.candidate_tokens,
+            self.indexed,
+        )
+
+
+def pad_rows(rows: list[list[int]], value: int, width: int, left: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Token lists padded to `width`; returns ids and the attention mask (int64 arrays)."""
     lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
-    width = int(lengths.max())
     columns = np.arange(width)[None, :]
     mask = columns >= (width - lengths)[:, None] if left else columns < lengths[:, None]
     ids = np.full((len(rows), width), value, dtype=np.int64)
     ids[mask] = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
     return ids, mask.astype(np.int64)
-
-
-def to_device(arrays: list[np.ndarray], device: torch.device | str) -> list[torch.Tensor]:
-    """int64 arrays as tensors on `device`, in one copy: each copy to a GPU is a call and a wait of its own."""
-    flat = torch.from_numpy(np.concatenate([a.ravel() for a in arrays]))
-    if torch.device(device).type == "cuda":
-        flat = flat.pin_memory().to(device, non_blocking=True)  # pinned: the copy need not wait for the host
-    else:
-        flat = flat.to(device)
-    return [part.view(a.shape) for part, a in zip(flat.split([a.size for a in arrays]), arrays)]
 
 
 def collate(
@@ -87,24 +120,44 @@ def collate(
     pad_id: int,
     left_pad_prompts: bool,
     action_index: list[list[int]] | None = None,
-    device: torch.device | str = "cpu",
-) -> CandidateBatch:
-    """Build a batch on `device` from token ids: one prompt and its candidate actions per entry."""
+    shapes: Shapes = Shapes(),
+    concat: Callable[[list[int], list[int]], list[int]] | None = None,
+    slots: int | None = None,
+) -> HostBatch:
+    """A batch's arrays from token ids: one prompt and its candidate actions per entry; with `concat` (how a prompt
+    and an action make one sequence), the critic's prompt + action rows too. `slots` overrides the shapes'
+    candidate slots (1 for batches of taken actions)."""
     if len(prompts) != len(candidates):
         raise ValueError(f"{len(prompts)} prompts but {len(candidates)} candidate lists")
     if any(len(c) == 0 for c in candidates):
         raise ValueError("every prompt needs at least one candidate action")
-    flat = [a for actions in candidates for a in actions]
     sizes = [len(c) for c in candidates]
-    indices = [i for idx in action_index for i in idx] if action_index else [-1] * len(flat)
-    tensors = to_device(
-        [
-            *pad_rows(prompts, pad_id, left=left_pad_prompts),
-            *pad_rows(flat, pad_id),
-            np.repeat(np.arange(len(prompts)), sizes),
-            np.asarray(sizes, dtype=np.int64),
-            np.asarray(indices, dtype=np.int64),
-        ],
-        device,
+    slots = slots or shapes.candidates or max(sizes)
+    if max(sizes) > slots:
+        raise ValueError(f"a prompt has {max(sizes)} candidates, more than the {slots} slots of this run's batches")
+    longest = max(len(a) for c in candidates for a in c)
+    action_width = shapes.action_width or longest
+    if longest > action_width:
+        raise ValueError(f"an action has {longest} tokens, more than the {action_width} of this run's batches")
+    filled = [c + [c[0]] * (slots - len(c)) for c in candidates]  # empty slots repeat the first candidate
+    flat = [a for actions in filled for a in actions]
+    batch, count = len(prompts), len(flat)
+    indices = action_index or [[-1] * n for n in sizes]
+    index = np.asarray([idx + [idx[0]] * (slots - len(idx)) for idx in indices], dtype=np.int64)
+    arrays = dict(
+        zip(
+            ("prompt_ids", "prompt_mask"), pad_rows(prompts, pad_id, round_up(max(map(len, prompts))), left_pad_prompts)
+        )
     )
-    return CandidateBatch(*tensors, prompts, flat, sizes, min(indices) >= 0)
+    actions, action_mask = pad_rows(flat, pad_id, action_width)
+    arrays |= {
+        "action_ids": actions.reshape(batch, slots, action_width),
+        "action_mask": action_mask.reshape(batch, slots, action_width),
+        "candidate_mask": np.arange(slots)[None, :] < np.asarray(sizes)[:, None],
+        "action_index": index,
+    }
+    if concat is not None:
+        rows = [concat(prompts[i // slots], a) for i, a in zip(range(count), flat)]
+        ids, mask = pad_rows(rows, pad_id, round_up(max(map(len, rows))), left_pad_prompts)
+        arrays |= {"concat_ids": ids.reshape(batch, slots, -1), "concat_mask": mask.reshape(batch, slots, -1)}
+    return HostBatch(arrays, prompts, candidates, bool(action_index) and int(index.min()) >= 0)

@@ -76,7 +76,7 @@ class Critic(nn.Module):
     def forward(
         self, lm: GlamLM, batch: CandidateBatch, target: bool = False, policy_pass: LMOutput | None = None
     ) -> torch.Tensor:
-        """Q-values [B, max_candidates], 0 where there is no candidate.
+        """Q-values [B, C], 0 in empty candidate slots.
 
         `policy_pass`, a policy forward with hidden states, is read instead of a pass of its own when
         `reads_policy_pass(target)`.
@@ -97,10 +97,10 @@ class Critic(nn.Module):
         if self.config.input == "obs":
             if not batch.indexed:
                 raise ValueError("critic.input='obs' needs every candidate's index in the action vocabulary")
-            values = values[batch.owner, batch.action_index]
+            values = values.gather(1, batch.action_index)
         else:
             values = values.squeeze(-1)
-        return batch.pad(values)
+        return values.masked_fill(~batch.candidate_mask, 0.0)
 
     @torch.no_grad()
     def update_target(self, lm: GlamLM) -> None:

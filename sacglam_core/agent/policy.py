@@ -11,7 +11,7 @@ from sacglam_core.agent.batch import CandidateBatch
 
 @dataclass
 class CandidateDistribution:
-    """pi(a | o, g) over each prompt's candidates (paper eq. 2), laid out [B, max_candidates].
+    """pi(a | o, g) over each prompt's candidates (paper eq. 2), laid out [B, C] (C candidate slots).
 
     `log_probs` is 0 where a prompt has no candidate, so sums over the last axis are safe.
     """
@@ -21,8 +21,8 @@ class CandidateDistribution:
 
     @classmethod
     def from_scores(cls, action_logp: torch.Tensor, batch: CandidateBatch) -> CandidateDistribution:
-        mask = batch.candidate_mask()
-        log_probs = torch.log_softmax(batch.pad(action_logp, fill=float("-inf")), 1)
+        mask = batch.candidate_mask
+        log_probs = torch.log_softmax(action_logp.masked_fill(~mask, float("-inf")), 1)
         return cls(log_probs.masked_fill(~mask, 0.0), mask)
 
     @property

@@ -5,7 +5,7 @@ the prompt's key/value cache. Handing that cache to the model's usual attention 
 one row per action and concatenating the action's own keys to it: two copies of [A, heads, prompt, d]
 per layer, forward and backward, which was 30% of a mini SAC update (`profile_run --ops`). Here the
 softmax runs over both parts at once instead: the queries of each prompt's actions are laid out side by
-side, [B, heads, max_candidates * action_len, d], so that one batched product reads each prompt's keys
+side, [B, heads, candidates * action_len, d], so that one batched product reads each prompt's keys
 once; the actions' own causal part is a small [A, heads, action_len, action_len] product. Only scores
 and queries move between the two layouts, and those are action_len / d the size of the cache.
 
@@ -28,15 +28,14 @@ NAME = "glam_shared_prompt"
 
 @dataclass
 class SharedPrompt:
-    """Each layer's prompt keys/values [B, kv_heads, Lp, d] and where every action sits among its prompt's."""
+    """Each layer's prompt keys/values [B, kv_heads, Lp, d]; the actions are the prompts' C candidate slots in
+    order, A = B * C."""
 
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
     prompt_mask: torch.Tensor  # [B, Lp] bool
     action_mask: torch.Tensor  # [A, La] bool
-    row: torch.Tensor  # [A] the action's prompt
-    column: torch.Tensor  # [A] its index among that prompt's candidates
-    max_candidates: int
+    slots: int  # C
 
 
 # Attention variants this function does not compute: they keep the cache path.
@@ -86,16 +85,14 @@ def shared_prompt_attention_forward(
     kv_heads = key.shape[1]
     group = heads // kv_heads  # query heads per key/value head (grouped-query attention)
     prompts, _, prompt_len, _ = prompt_keys.shape
-    n = s.max_candidates * group * width  # queries per prompt and key/value head, in the side-by-side layout
+    n = s.slots * group * width  # queries per prompt and key/value head, in the side-by-side layout
 
     def side_by_side(x: torch.Tensor) -> torch.Tensor:  # [A, Hkv, group * La, k] -> [B, Hkv, n, k]
-        out = x.new_zeros(prompts, s.max_candidates, *x.shape[1:])
-        out = out.index_put((s.row, s.column), x)
-        return out.transpose(1, 2).reshape(prompts, kv_heads, n, x.shape[-1])
+        return x.reshape(prompts, s.slots, *x.shape[1:]).transpose(1, 2).reshape(prompts, kv_heads, n, x.shape[-1])
 
     def per_action(x: torch.Tensor) -> torch.Tensor:  # [B, Hkv, n, k] -> [A, Hkv, group * La, k]
-        x = x.reshape(prompts, kv_heads, s.max_candidates, group * width, x.shape[-1]).transpose(1, 2)
-        return x[s.row, s.column]
+        x = x.reshape(prompts, kv_heads, s.slots, group * width, x.shape[-1]).transpose(1, 2)
+        return x.reshape(actions, kv_heads, group * width, x.shape[-1])
 
     query = query.reshape(actions, kv_heads, group * width, dim)
     to_prompt = side_by_side(query) @ prompt_keys.transpose(-1, -2) * scaling  # [B, Hkv, n, Lp]
@@ -105,8 +102,7 @@ def shared_prompt_attention_forward(
     allowed = causal[None, :, :] & s.action_mask[:, None, :]  # [A, La (query), La (key)]
     allowed = allowed[:, None, None].expand(actions, 1, group, width, width).reshape(actions, 1, group * width, width)
     to_self = to_self.masked_fill(~allowed, float("-inf"))
-    # One softmax over prompt and own tokens; empty slots (prompts with fewer candidates) get zeros for
-    # their own part and are never read back.
+    # One softmax over prompt and own tokens.
     weights = torch.cat([to_prompt, side_by_side(to_self)], -1).softmax(-1)
     out = per_action(weights[..., :prompt_len] @ prompt_values) + per_action(weights[..., prompt_len:]) @ value
     return out.reshape(actions, heads, width, dim).transpose(1, 2).contiguous(), None

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from sacglam_core.agent import CandidateBatch, CandidateDistribution, GlamAgent
+from sacglam_core.agent.batch import HostBatch
 from sacglam_core.agent.lm import DEFAULT
 from sacglam_core.algos.precision import adam, grad_scaler
 from sacglam_core.algos.stats import UpdateStats
@@ -37,6 +38,7 @@ from sacglam_core.envs.playground import ACTION_VOCABULARY
 from sacglam_core.trajectories import Episode, EpisodeRecorder, relabelled
 
 SCORING_CHUNK = 256  # states per pass when a rollout's states are scored with the current weights
+SCORING_ROWS = 64  # ... padded to a multiple of this many: a few static shapes
 
 
 def gae(
@@ -55,21 +57,30 @@ def gae(
 
 
 def clipped_surrogate(
-    ratio: torch.Tensor, advantages: torch.Tensor, low: torch.Tensor, high: torch.Tensor
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    low: torch.Tensor,
+    high: torch.Tensor,
+    weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """-E[min(r A, clip(r, low, high) A)] (paper eq. 4; low/high are 1 -/+ eps, or r0 -/+ eps centred)."""
-    return torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, low, high)).mean()
+    """-E[min(r A, clip(r, low, high) A)] (paper eq. 4; low/high are 1 -/+ eps, or r0 -/+ eps centred); the
+    expectation over the rows that `weight` marks real (all without it)."""
+    return _mean(torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, low, high)), weight)
 
 
 def value_loss(
-    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float | None
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    clip: float | None,
+    weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """E[(V - R)^2], or with `clip` the clipped form: V may not earn credit beyond V_old -/+ clip."""
     loss = (values - returns) ** 2
     if clip is not None:
         clipped = old_values + torch.clamp(values - old_values, -clip, clip)
         loss = torch.max(loss, (clipped - returns) ** 2)
-    return loss.mean()
+    return _mean(loss, weight)
 
 
 def ppo_objective(
@@ -78,9 +89,30 @@ def ppo_objective(
     return pg_loss - entropy_coef * entropy + value_coef * value
 
 
-def kl_penalised(ratio: torch.Tensor, advantages: torch.Tensor, kl: torch.Tensor, beta: float) -> torch.Tensor:
+def kl_penalised(
+    ratio: torch.Tensor, advantages: torch.Tensor, kl: torch.Tensor, beta: float, weight: torch.Tensor | None = None
+) -> torch.Tensor:
     """-E[r A - beta KL(pi_old || pi)] (paper eq. 5, written as a loss to minimise)."""
-    return (-(ratio * advantages) + beta * kl).mean()
+    return _mean(-(ratio * advantages) + beta * kl, weight)
+
+
+def _mean(x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    return x.mean() if weight is None else weighted_mean(x, weight)
+
+
+def padded(chunk: list, multiple: int) -> list:
+    """`chunk` with copies of its first entry up to a multiple of `multiple` entries: a static shape."""
+    return chunk + [chunk[0]] * (-len(chunk) % multiple)
+
+
+def weights(size: int, real: int) -> np.ndarray:
+    """1 for the `real` entries of a padded chunk of `size`, 0 for its copies."""
+    return (np.arange(size) < real).astype(np.float32)
+
+
+def weighted_mean(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The mean of x over the real entries of a padded chunk."""
+    return (x * weight).sum() / weight.sum()
 
 
 @dataclass
@@ -111,19 +143,23 @@ class PPO:
         self.stats = UpdateStats()
 
     # -- acting ----------------------------------------------------------------------------------
-    @torch.no_grad()
-    def act(self, batch: CandidateBatch, generator: torch.Generator) -> tuple[list[int], dict[str, list]]:
-        policy, out = self.agent.policy(batch, hidden=True)
+    def act(self, batch: HostBatch, generator: torch.Generator) -> tuple[list[int], dict[str, list]]:
+        out = self.agent.run("act-ppo", self._acting_pass, {"states": batch})
+        policy = CandidateDistribution(out["log_probs"], out["mask"])
         choice = policy.sample(generator).tolist()
-        values = self.agent.value(out)
         # one read of what the rollout keeps: each prompt's value and log-probabilities
-        host = torch.cat([values.float()[:, None], policy.log_probs.float()], 1).cpu().numpy()
+        host = torch.cat([out["value"].float()[:, None], out["log_probs"].float()], 1).cpu().numpy()
         log_probs = host[:, 1:]
         return choice, {
             "logp": log_probs[range(len(choice)), choice].tolist(),
             "value": host[:, 0].tolist(),
             "log_probs": [row[:n].copy() for row, n in zip(log_probs, batch.sizes)],
         }
+
+    @torch.no_grad()
+    def _acting_pass(self, batches: dict[str, CandidateBatch], _) -> dict[str, torch.Tensor]:
+        policy, out = self.agent.policy(batches["states"], hidden=True)
+        return {"log_probs": policy.log_probs, "mask": policy.mask, "value": self.agent.value(out)}
 
     def add(self, episode: Episode) -> None:
         self.segments.append(episode)
@@ -146,24 +182,34 @@ class PPO:
             self._policy_kl([t for t in data if not t.relabelled])
         self.updates += 1
 
-    @torch.no_grad()
     def _policy_kl(self, data: list[Transition]) -> None:
         """KL(pi before the update || pi after it) on the rollout's states under their own goals, where the policy
         before the update is the one that acted (`old_log_probs`)."""
         kl = []
         for start in range(0, len(data), SCORING_CHUNK):
-            chunk = data[start : start + SCORING_CHUNK]
-            batch = self.agent.batch_from_ids(
-                [t.prompt for t in chunk],
-                [[self._action_tokens[a] for a in t.candidates] for t in chunk],
-                [list(t.candidates) for t in chunk],
-            )
-            after, _ = self.agent.policy(batch)
-            before = torch.as_tensor(np.concatenate([t.old_log_probs for t in chunk]), device=after.log_probs.device)
-            before = CandidateDistribution(batch.pad(before.to(after.log_probs.dtype)), after.mask)
-            kl.append(before.kl(after))
+            real = data[start : start + SCORING_CHUNK]
+            chunk = padded(real, SCORING_ROWS)
+            states = self._states(chunk)
+            before = np.zeros(states.arrays["candidate_mask"].shape, dtype=np.float32)
+            for row, t in zip(before, chunk):
+                row[: len(t.old_log_probs)] = t.old_log_probs
+            arrays = {"before": before, "weight": weights(len(chunk), len(real))}
+            kl.append(self.agent.run("ppo-kl", self._kl_pass, {"states": states}, arrays)["kl"])
         if kl:
-            self.stats.add(policy_kl=torch.cat(kl).mean())
+            self.stats.add(policy_kl=torch.stack(kl).sum() / len(data))
+
+    @torch.no_grad()
+    def _kl_pass(self, batches: dict[str, CandidateBatch], tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        after, _ = self.agent.policy(batches["states"])
+        before = CandidateDistribution(tensors["before"].to(after.log_probs.dtype), after.mask)
+        return {"kl": (before.kl(after) * tensors["weight"]).sum()}
+
+    def _states(self, chunk: list[Transition]) -> HostBatch:
+        return self.agent.collate(
+            [t.prompt for t in chunk],
+            [[self._action_tokens[a] for a in t.candidates] for t in chunk],
+            [list(t.candidates) for t in chunk],
+        )
 
     def _transitions(self, segments: list[Episode]) -> list[Transition]:
         """Original segments and, with HER, their relabelled copies, with advantages and returns."""
@@ -194,14 +240,19 @@ class PPO:
             actions += [*segment.actions, 0]  # s_T has no action: its value alone is read
         read = []
         for start in range(0, len(prompts), SCORING_CHUNK):
-            rows = slice(start, start + SCORING_CHUNK)
-            batch = self.agent.batch_from_ids(
-                prompts[rows], [[ids[a] for a in c] for c in candidates[rows]], candidates[rows]
+            rows = padded(list(range(start, min(start + SCORING_CHUNK, len(prompts)))), SCORING_ROWS)
+            batch = self.agent.collate(
+                [prompts[i] for i in rows],
+                [[ids[a] for a in candidates[i]] for i in rows],
+                [candidates[i] for i in rows],
             )
-            policy, out = self.agent.policy(batch, hidden=True)
-            chosen = torch.as_tensor(actions[rows], device=policy.log_probs.device)
-            logp = policy.log_probs.gather(1, chosen[:, None]).squeeze(1)
-            read.append(torch.stack([self.agent.value(out).float(), logp.float()], 1).cpu().numpy())
+            out = self.agent.run(
+                "ppo-score",
+                self._score_pass,
+                {"states": batch},
+                {"action": np.asarray([actions[i] for i in rows], dtype=np.int64)},
+            )
+            read.append(out["value_logp"].cpu().numpy()[: min(SCORING_CHUNK, len(prompts) - start)])
         values, logp = np.concatenate(read).T if read else (np.zeros(0), np.zeros(0))
         out, start = [], 0
         for segment, _ in pieces:
@@ -209,6 +260,14 @@ class PPO:
             out.append((prompts[start:end], values[start:end], logp[start : end - 1]))
             start = end
         return out
+
+    @torch.no_grad()
+    def _score_pass(
+        self, batches: dict[str, CandidateBatch], tensors: dict[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
+        policy, out = self.agent.policy(batches["states"], hidden=True)
+        logp = policy.log_probs.gather(1, tensors["action"][:, None]).squeeze(1)
+        return {"value_logp": torch.stack([self.agent.value(out).float(), logp.float()], 1)}
 
     def _segment_transitions(
         self, segment: Episode, relabel: bool, prompts: list, fresh_values: np.ndarray, new_logp: np.ndarray
@@ -245,36 +304,58 @@ class PPO:
         return transitions
 
     def _minibatch_step(self, chunk: list[Transition]) -> None:
-        cfg, agent = self.cfg, self.agent
-        device = agent.lm.device
-        batch = agent.batch_from_ids(
-            [t.prompt for t in chunk],
-            [[self._action_tokens[a] for a in t.candidates] for t in chunk],
-            [list(t.candidates) for t in chunk],
+        """One gradient step on a minibatch, padded to a multiple of a quarter minibatch with copies that weigh 0."""
+        cfg = self.cfg
+        real = len(chunk)
+        chunk = padded(chunk, max(1, cfg.minibatch_size // 4))
+        states = self._states(chunk)
+        before = np.zeros(states.arrays["candidate_mask"].shape, dtype=np.float32)
+        if cfg.loss == "kl":
+            for row, t in zip(before, chunk):
+                row[: len(t.old_log_probs)] = t.old_log_probs
+        column = lambda name: np.asarray([getattr(t, name) for t in chunk], dtype=np.float32)  # noqa: E731
+        arrays = {
+            "action": np.asarray([t.action for t in chunk], dtype=np.int64),
+            "old_logp": column("old_logp"),
+            "advantage": column("advantage"),
+            "center": column("r0") if cfg.center_clip else np.ones(len(chunk), dtype=np.float32),
+            "ret": column("ret"),
+            "old_value": column("old_value"),
+            "before": before,
+            "weight": weights(len(chunk), real),
+        }
+        normalize = cfg.normalize_advantages and real > 1
+        stats = self.agent.run(
+            "ppo", lambda b, t: self._learn(b["states"], t, normalize), {"states": states}, arrays, (normalize,)
         )
+        self.stats.add(**stats)
+
+    def _learn(self, batch: CandidateBatch, rows: dict[str, torch.Tensor], normalize: bool) -> dict[str, torch.Tensor]:
+        """One gradient step on staged tensors, device work alone (a captured graph on a GPU); its statistics. Means
+        are over the real rows (`rows["weight"]`)."""
+        cfg, agent, weight = self.cfg, self.agent, rows["weight"]
+        mean = lambda x: weighted_mean(x, weight)  # noqa: E731
         policy, out = agent.policy(batch, hidden=True)
-        actions = torch.tensor([t.action for t in chunk], device=device)
-        logp = policy.log_probs.gather(1, actions[:, None]).squeeze(1)
-        old_logp = torch.tensor([t.old_logp for t in chunk], device=device)
-        advantages = torch.tensor([t.advantage for t in chunk], device=device)
-        if cfg.normalize_advantages and len(chunk) > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        ratio = torch.exp(logp - old_logp)
+        logp = policy.log_probs.gather(1, rows["action"][:, None]).squeeze(1)
+        advantages = rows["advantage"]
+        if normalize:
+            centred = advantages - mean(advantages)
+            std = ((centred.square() * weight).sum() / (weight.sum() - 1)).sqrt()  # torch.std's unbiased estimate
+            advantages = centred / (std + 1e-8)
+        ratio = torch.exp(logp - rows["old_logp"])
+        stats = {}
         if cfg.loss == "clip":
-            center = torch.tensor([t.r0 if cfg.center_clip else 1.0 for t in chunk], device=device)
-            pg_loss = clipped_surrogate(ratio, advantages, center - cfg.clip, center + cfg.clip)
-            self.stats.add(clipfrac=((ratio - center).abs() > cfg.clip).float().mean())
+            center = rows["center"]
+            pg_loss = clipped_surrogate(ratio, advantages, center - cfg.clip, center + cfg.clip, weight)
+            stats["clipfrac"] = mean(((ratio - center).abs() > cfg.clip).float())
         else:
-            old = CandidateDistribution(
-                batch.pad(torch.tensor(np.concatenate([t.old_log_probs for t in chunk]), device=device)), policy.mask
-            )
+            old = CandidateDistribution(rows["before"].to(policy.log_probs.dtype), policy.mask)
             kl = old.kl(policy)
-            pg_loss = kl_penalised(ratio, advantages, kl, cfg.kl_coef)
-            self.stats.add(kl=kl.mean())
-        returns = torch.tensor([t.ret for t in chunk], device=device)
-        old_values = torch.tensor([t.old_value for t in chunk], device=device)
-        v_loss = value_loss(agent.value(out), old_values, returns, cfg.clip if cfg.value_loss == "clipped" else None)
-        entropy = policy.entropy().mean()
+            pg_loss = kl_penalised(ratio, advantages, kl, cfg.kl_coef, weight)
+            stats["kl"] = mean(kl).detach()
+        clip = cfg.clip if cfg.value_loss == "clipped" else None
+        v_loss = value_loss(agent.value(out), rows["old_value"], rows["ret"], clip, weight)
+        entropy = mean(policy.entropy())
         loss = ppo_objective(pg_loss, entropy, v_loss, cfg.entropy_coef, cfg.value_coef)
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()  # the scaler is a no-op unless the LLM computes in fp16
@@ -284,8 +365,9 @@ class PPO:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         with torch.no_grad():
-            approx_kl = ((ratio - 1) - (logp - old_logp)).mean()
-        self.stats.add(approx_kl=approx_kl, policy_loss=pg_loss, value_loss=v_loss, entropy=entropy)
+            approx_kl = mean((ratio - 1) - (logp - rows["old_logp"]))
+        detached = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy}
+        return stats | {"approx_kl": approx_kl} | {k: v.detach() for k, v in detached.items()}
 
     def pop_stats(self) -> dict[str, float]:
         return self.stats.pop() | {"updates": self.updates}

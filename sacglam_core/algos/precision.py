@@ -16,6 +16,12 @@ def grad_scaler(agent: GlamAgent) -> torch.amp.GradScaler:
 
 def adam(params: list[torch.Tensor], lr: float) -> torch.optim.Adam:
     """Adam's fused kernel: one call steps every tensor, where the default path makes about ten per tensor and
-    reads each tensor's step counter back to the host (the same numbers: tests/test_algos.py)."""
-    meta = any(p.device.type == "meta" for p in params)  # step_cost counts FLOPs on shapes alone, never steps
-    return torch.optim.Adam(params, lr=lr, fused=not meta)
+    reads each tensor's step counter back to the host (the same numbers: tests/test_algos.py). On a GPU it may be
+    captured in a CUDA graph (agent/static.py): its step counters live on the device and its learning rate is a
+    tensor, which a scheduler changes in place between replays."""
+    device = params[0].device
+    if device.type == "meta":  # step_cost counts FLOPs on shapes alone, never steps
+        return torch.optim.Adam(params, lr=lr)
+    if device.type == "cuda":
+        return torch.optim.Adam(params, lr=torch.tensor(lr, device=device), fused=True, capturable=True)
+    return torch.optim.Adam(params, lr=lr, fused=True)

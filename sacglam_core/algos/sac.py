@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from sacglam_core.agent import CandidateBatch, CandidateDistribution, GlamAgent
+from sacglam_core.agent.batch import HostBatch
 from sacglam_core.agent.lm import DEFAULT
 from sacglam_core.algos.precision import adam, grad_scaler
 from sacglam_core.algos.stats import UpdateStats
@@ -64,9 +65,9 @@ def target_statistics(policy: CandidateDistribution, q: torch.Tensor, alpha: flo
     entropy (next to the policy's, it says whether the actor follows its target or overshoots it) and how
     far apart the critic puts the candidates (max - min of Q)."""
     absent = ~policy.mask
-    boltzmann = torch.distributions.Categorical(probs=boltzmann_policy(policy, q, alpha))
+    entropy = torch.special.entr(boltzmann_policy(policy, q, alpha)).sum(1)  # entr(0) = 0: absent candidates
     q_range = q.masked_fill(absent, -math.inf).amax(1) - q.masked_fill(absent, math.inf).amin(1)
-    return {"target_policy_entropy": boltzmann.entropy().mean(), "q_range": q_range.mean()}
+    return {"target_policy_entropy": entropy.detach().mean(), "q_range": q_range.detach().mean()}
 
 
 def alpha_loss(log_alpha: torch.Tensor, policy: CandidateDistribution, target_entropy: float) -> torch.Tensor:
@@ -112,10 +113,8 @@ class SAC:
         return float(self.log_alpha.detach().exp())
 
     # -- acting and data -------------------------------------------------------------------------
-    @torch.no_grad()
-    def act(self, batch: CandidateBatch, generator: torch.Generator) -> tuple[list[int], dict[str, list]]:
-        policy, _ = self.agent.policy(batch)
-        return policy.sample(generator).tolist(), {}
+    def act(self, batch: HostBatch, generator: torch.Generator) -> tuple[list[int], dict[str, list]]:
+        return self.agent.acting_policy(batch).sample(generator).tolist(), {}
 
     def add(self, episode: Episode) -> None:
         """A finished episode, and its hindsight copies when HER is on, enter the replay buffer."""
@@ -134,29 +133,37 @@ class SAC:
         for _ in range(self.cfg.updates_per_cycle):
             self._update(env_steps)
 
-    def _batches(self, index: np.ndarray) -> tuple[CandidateBatch, CandidateBatch, CandidateBatch | None, dict]:
-        """The taken actions and all candidates at s_t, all candidates at s_{t+n} of the rows that bootstrap
-        (None if none does), and the raw rows."""
+    def _batches(self, index: np.ndarray) -> tuple[dict[str, HostBatch], dict[str, np.ndarray]]:
+        """The taken actions and all candidates at s_t, all candidates at s_{t+n} of the rows that bootstrap, and
+        the rows' rewards and discounts. The rows that bootstrap come first; a row whose n steps end the episode has
+        discount 0, its target is the reward alone and s_{t+n} need not go through the LLM (HER's copies end in
+        success, so they are often most of a batch). The s_{t+n} batch holds them padded to half or all of the
+        batch with copies of its first row, so that its passes have one of two shapes (or none when no row
+        bootstraps)."""
         rows = self.buffer.rows(index)
-        tokens, texts = self.agent.tokens, goal_table()[0]
+        order = np.argsort(rows["discount"] <= 0, kind="stable")
+        rows = {k: [v[i] for i in order] if isinstance(v, list) else v[order] for k, v in rows.items()}
+        agent, tokens, texts = self.agent, self.agent.tokens, goal_table()[0]
         goals = [tokens.goal(texts[g]) for g in rows["goal"]]
         prompts = [tokens.join(g, o) for g, o in zip(goals, rows["obs"])]
-        candidates = [[self._action_tokens[a] for a in c] for c in rows["candidates"]]
         taken_index = [[c[a]] for c, a in zip(rows["candidates"], rows["action"])]
-        taken = self.agent.batch_from_ids(prompts, [[self._action_tokens[i[0]]] for i in taken_index], taken_index)
-        current = self.agent.batch_from_ids(prompts, candidates, rows["candidates"])
-        # A row whose n steps end the episode has discount 0: its target is the reward alone, and s_{t+n}
-        # need not go through the LLM (HER's copies end in success, so they are often most of a batch).
-        rows["bootstrap"] = np.flatnonzero(rows["discount"] > 0)
-        following = None
-        if len(rows["bootstrap"]):
-            later = [rows["next_candidates"][i] for i in rows["bootstrap"]]
-            following = self.agent.batch_from_ids(
-                [tokens.join(goals[i], rows["next_obs"][i]) for i in rows["bootstrap"]],
+        batches = {
+            "taken": agent.collate(prompts, [[self._action_tokens[i[0]]] for i in taken_index], taken_index, slots=1),
+            "current": agent.collate(
+                prompts, [[self._action_tokens[a] for a in c] for c in rows["candidates"]], rows["candidates"]
+            ),
+        }
+        bootstrap = int((rows["discount"] > 0).sum())
+        if bootstrap:
+            half = max(1, len(order) // 2)
+            kept = list(range(bootstrap)) + [0] * (-bootstrap % half)
+            later = [rows["next_candidates"][i] for i in kept]
+            batches["following"] = agent.collate(
+                [tokens.join(goals[i], rows["next_obs"][i]) for i in kept],
                 [[self._action_tokens[a] for a in c] for c in later],
                 later,
             )
-        return taken, current, following, rows
+        return batches, {"reward": rows["reward"].astype(np.float32), "discount": rows["discount"].astype(np.float32)}
 
     # -- learning --------------------------------------------------------------------------------
     def _update(self, env_steps: int) -> None:
@@ -165,22 +172,47 @@ class SAC:
             self.config.her.sampling if self.config.her.enabled else "uniform",
             self.config.her.her_fraction,
         )
-        taken, current, following, rows = self._batches(index)
-        alpha = self.log_alpha.exp().detach()
+        batches, arrays = self._batches(index)
         every = self.config.monitor.policy_kl_every
-        if measure := every and self.updates % every == 0:
+        measure = bool(every and self.updates % every == 0)
+        warming_up = self.warming_up(env_steps)
+        stats = self.agent.run(
+            "sac",
+            lambda b, t: self._learn(b, t["reward"], t["discount"], warming_up, measure),
+            batches,
+            arrays,
+            flags=(warming_up, measure),
+        )
+        self.stats.add(**stats)
+        if not warming_up:
+            self.actor_schedule.step()  # a learning rate held as a tensor: the next replay reads the new value
+        self.updates += 1
+
+    def _learn(
+        self,
+        batches: dict[str, CandidateBatch],
+        reward: torch.Tensor,
+        discount: torch.Tensor,
+        warming_up: bool,
+        measure: bool,
+    ) -> dict[str, torch.Tensor]:
+        """One gradient update on staged tensors, device work alone (a captured graph on a GPU); its statistics."""
+        current = batches["current"]
+        alpha = self.log_alpha.exp().detach()
+        stats = {}
+        if measure:
             # The whole update's change of pi: a critic that shares the policy's weights moves it too, warm-up included.
             with torch.no_grad():
                 before, _ = self.agent.policy(current)
-        self._critic_update(taken, following, rows, alpha)
-        if not self.warming_up(env_steps):
-            self._actor_update(current, alpha)
+        stats |= self._critic_update(batches["taken"], batches.get("following"), reward, discount, alpha)
+        if not warming_up:
+            stats |= self._actor_update(current, alpha)
         if measure:
             with torch.no_grad():
                 after, _ = self.agent.policy(current)
-            self.stats.add(policy_kl=before.kl(after).mean())
+            stats["policy_kl"] = before.kl(after).mean()
         self.agent.critic.update_target(self.agent.lm)
-        self.updates += 1
+        return stats
 
     def warming_up(self, env_steps: int) -> bool:
         """Whether the critic alone learns: until warmup_cycles cycles, warmup_updates updates and
@@ -190,30 +222,30 @@ class SAC:
         return cycle < cfg.warmup_cycles or self.updates < cfg.warmup_updates or env_steps < cfg.warmup_steps
 
     def _critic_update(
-        self, taken: CandidateBatch, following: CandidateBatch | None, rows: dict, alpha: torch.Tensor
-    ) -> None:
+        self,
+        taken: CandidateBatch,
+        following: CandidateBatch | None,
+        reward: torch.Tensor,
+        discount: torch.Tensor,
+        alpha: torch.Tensor,
+    ) -> dict[str, torch.Tensor]:
         """One step on the n-step TD error (eq. 3) of the taken actions."""
-        agent, device, dtype = self.agent, self.agent.lm.device, self.agent.critic.dtype
+        agent = self.agent
         with torch.no_grad():
-            next_value = torch.zeros(len(rows["reward"]), device=device, dtype=dtype)
+            next_value = torch.zeros_like(reward)
             if following is not None:
                 # A target critic on the policy's own LLM weights reads Q from the pass that gives pi(.|s_{t+n}).
                 next_policy, next_pass = agent.policy(following, hidden=agent.critic.reads_policy_pass(target=True))
                 next_q = agent.q(following, target=True, policy_pass=next_pass)
-                next_value[torch.as_tensor(rows["bootstrap"], device=device)] = soft_state_value(
-                    next_policy, next_q, alpha
-                )
-            target = critic_targets(
-                torch.as_tensor(rows["reward"], device=device, dtype=dtype),
-                torch.as_tensor(rows["discount"], device=device, dtype=dtype),
-                next_value,
-            )
+                value = soft_state_value(next_policy, next_q, alpha)
+                next_value = torch.cat([value, next_value[len(value) :]])
+            target = critic_targets(reward, discount, next_value)
         q_taken = agent.q(taken)[:, 0]
         loss = torch.nn.functional.mse_loss(q_taken, target)
         self._step(self.critic_optimizer, self.critic_params, loss)
-        self.stats.add(critic_loss=loss, mean_q=q_taken.mean())
+        return {"critic_loss": loss.detach(), "mean_q": q_taken.detach().mean()}
 
-    def _actor_update(self, current: CandidateBatch, alpha: torch.Tensor) -> None:
+    def _actor_update(self, current: CandidateBatch, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
         """One step on the actor's loss with the (just updated) critic's Q, then one on alpha's."""
         agent = self.agent
         policy, policy_pass = agent.policy(current, hidden=agent.critic.reads_policy_pass())
@@ -221,8 +253,8 @@ class SAC:
             q_all = agent.q(current, policy_pass=policy_pass)
         loss = ACTOR_LOSSES[self.cfg.actor_loss](policy, q_all, alpha)
         self._step(self.actor_optimizer, self.actor_params, loss)
-        self.actor_schedule.step()
-        self.stats.add(actor_loss=loss, entropy=policy.entropy().mean(), **target_statistics(policy, q_all, alpha))
+        stats = {"actor_loss": loss.detach(), "entropy": policy.entropy().detach().mean()}
+        stats |= target_statistics(policy, q_all, alpha)
         if self.cfg.autotune_alpha:
             self._step(
                 self.alpha_optimizer,
@@ -230,6 +262,7 @@ class SAC:
                 alpha_loss(self.log_alpha, policy, self.cfg.target_entropy),
                 False,
             )
+        return stats
 
     def _step(self, optimizer: torch.optim.Optimizer, params: list, loss: torch.Tensor, clip: bool = True) -> None:
         for group in (self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer):

@@ -9,7 +9,9 @@
     precision           the same short run in fp32, bf16 and fp16 (GradScaler), losses side by side
     profile_run         where a training run's time goes (cProfile; `--ops`: torch operators of an update)
     hot_loop            one rank's loop at gpu_check's settings by phase: host time, operator calls, host reads
-    sac_reference       not a command: SAC's update before its passes were shared (step_cost's `before`,
+    census              the CPU census of one rank's hot loop; so far the float32 share of matrix-product FLOPs
+                        under bf16 with 4-bit weights (`--precision`)
+
                         tests/test_sac_update.py)
 
 One-off studies behind earlier choices live in `sacglam_core.studies` (compare_revisions, final_policies) or

@@ -1,29 +1,29 @@
-"""A one-command check of a CUDA machine at the paper's scale, which measures the training speed the GPU-hour
-budget prices this GPU type from.
+"""The benchmark of one rank: a CUDA machine at the paper's scale, eager and captured side by side, and the rates
+that the GPU-hour budget prices this GPU type from.
 
-    python -m sacglam_core.benchmarks.gpu_check [--steps 520] [--both-dtypes]
-    python -m sacglam_core.benchmarks.gpu_check --device cpu --model resources/models/tiny-t5 --steps 72 --small
+    python -m sacglam_core.benchmarks.gpu_check [--steps 240] [--variants ...] [--modes eager,captured]
+    python -m sacglam_core.benchmarks.gpu_check --device cpu --model resources/models/tiny-t5 --steps 96 --small
 
-On a Flan-T5-base-shaped model (random weights, built here: no Hub) with LoRA and 4-bit weights:
-- scoring: the policy over the candidates of 32 environments, prompts/s and actions/s, in the dtype that
-  `model.dtype: auto` picks for this GPU and in the other half-precision dtype;
-- `--steps` environment steps of SAC-GLAM+HER and of PPO-GLAM with the paper's settings for one of its 4 ranks
-  (8 environments; SAC: 2 updates of 64 every 8 steps, warm-up off so that the actor learns within the run; PPO:
-  512 steps, 16 epochs of 64), evaluation and checkpoints off, in the auto dtype (`--both-dtypes`: in the other
-  too): environment steps/s in steady state (SAC from its first update on, when every cycle updates; PPO over
-  whole rollout+update cycles) beside the whole run's, updates/s, the GPU's busy fraction (kernel time over wall
-  time in `--busy-steps` more steps, profiled), peak GPU memory, and the achieved TFLOP/s in steady state, from
-  the FLOPs that benchmarks/step_cost.py counts for the same settings;
-- that the LoRA weights changed and every loss is finite (exit status 1 if not).
-Then it writes the steady rates, with the GPU, dtype, weights, critic, versions, commit, date and command, to
-workflow/config/gpu_rates/<GPU type>.yaml (`--rates FILE` elsewhere), from which the budget prices runs on that
-GPU type: commit the file (docs/cluster.md).
+On a Flan-T5-base-shaped model (random weights, built here: no Hub) with LoRA and 4-bit weights, in the dtype that
+`model.dtype: auto` picks, each variant trains `--steps` environment steps at the paper's settings for one of its 4
+ranks (8 environments; SAC: 2 updates of 64 every 8 steps, warm-up off so that the actor learns within the run;
+PPO: 512 steps, 16 epochs of 64), evaluation and checkpoints off, in each mode:
+- `eager`: every pass launched kernel by kernel from Python (`model.capture: false`);
+- `captured`: each kind of pass and update replayed from a CUDA graph (agent/static.py), the default;
+- `compiled`: captured, and each transformer block compiled (`model.compile`).
+Variants: SAC-GLAM+HER with the paper's critic; with the one-pass critic (`decoded_action`, no target LM);
+PPO-GLAM; and the paper's whole run in one process (32 environments, batches of 256, one GPU for the four ranks).
+For each run it prints: environment steps/s in steady state (SAC from the middle of its updating steps on, PPO over
+whole rollout+update cycles) and over the whole run; then, over `--profile-steps` more steps under torch.profiler,
+the GPU's kernel time and kernels per update and per environment step, TFLOP/s during kernel time (FLOPs counted
+on the run's own first, eager, calls), the host's operator calls per update; the seconds spent capturing and
+compiling; peak memory; and checks that the LoRA weights changed and every loss is finite (exit status 1 if not).
+Each run's figures are also written as a JSON line (`--json FILE`) as soon as it ends.
 
-About 6 minutes on an H100, estimated from the earlier default, which trained in both dtypes in about 9: a minute
-to build the model and score, about 50 s per variant to count FLOPs, load and start, then runs of about 110 s
-(SAC-GLAM+HER) and 60 s (PPO-GLAM); `--both-dtypes` adds about 4 minutes.
-`--device cpu` runs the same logic on a CPU, with a tiny model, for tests (the busy fraction is then not
-applicable); `--small` shrinks PPO's rollout to 64 steps of 2 epochs there (4-bit weights compute slowly on a CPU).
+Then it writes the captured steady rates, with the GPU, dtype, weights, critic, versions, commit, date and command, to
+workflow/config/gpu_rates/<GPU type>.yaml (`--rates FILE` elsewhere), from which the budget prices runs on that GPU
+type: commit the file (docs/cluster.md). `--device cpu` runs the same logic on a CPU with a tiny model, for tests
+(eager only: there is nothing to capture there); `--small` shrinks PPO's rollout to 64 steps of 2 epochs.
 """
 
 from __future__ import annotations
@@ -32,97 +32,71 @@ import argparse
 import contextlib
 import csv
 import datetime
+import json
 import math
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
-from sacglam_core.agent import AgentConfig, GlamAgent
-from sacglam_core.agent.tokens import PromptTokens
 from sacglam_core.benchmarks import add_threads_argument, pin_threads, positive
-from sacglam_core.benchmarks.step_cost import counting_agent, masks_without_values, random_play, step_cost
-from sacglam_core.config import CriticConfig, RunConfig, parse_config
-from sacglam_core.envs.playground import ACTION_VOCABULARY
-from sacglam_core.models.loading import load_tokenizer, resolve_dtype
+from sacglam_core.config import RunConfig, parse_config
+from sacglam_core.models.loading import resolve_dtype
 from sacglam_core.models.shapes import save_flan_t5_base_shaped
 from sacglam_core.pipeline import budget, gpu_rates
 from sacglam_core.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "workflow" / "config" / "calibration.yaml"  # its GPU types name the rates file
-PER_RANK = {  # the paper's run (Tables 1-3, 32 environments, global batch 256) seen from one of 4 ranks
-    "SAC-GLAM+HER": {
+SAC_PER_RANK = {
+    "update_every": 8,
+    "updates_per_cycle": 2,
+    "batch_size": 64,
+    "alpha_init": 0.05,
+    "target_entropy": 0.01,
+    "warmup_cycles": 0,  # the actor learns from the first cycle: a run's steady cost from its first update
+}
+VARIANTS = {  # the paper's run (Tables 1-3, 32 environments, global batch 256) seen from one of 4 ranks
+    "SAC-GLAM+HER": {"algorithm": "sac", "her": {"enabled": True}, "sac": SAC_PER_RANK},
+    "SAC-GLAM+HER (one-pass critic)": {
         "algorithm": "sac",
         "her": {"enabled": True},
-        "sac": {
-            "update_every": 8,
-            "updates_per_cycle": 2,
-            "batch_size": 64,
-            "alpha_init": 0.05,
-            "target_entropy": 0.01,
-            "warmup_cycles": 0,  # the actor learns from the first cycle: a run's steady cost from its first update
-        },
+        "sac": {**SAC_PER_RANK, "critic": {"input": "decoded_action", "target_lm": False}},
     },
     "PPO-GLAM": {"algorithm": "ppo", "ppo": {"rollout_steps": 512, "epochs": 16, "minibatch_size": 64}},
+    "SAC-GLAM+HER (4 ranks in one process)": {
+        "algorithm": "sac",
+        "her": {"enabled": True},
+        "sac": {**SAC_PER_RANK, "update_every": 32, "batch_size": 256},
+        "num_envs": 32,
+    },
 }
 SMALL = {"ppo": {"rollout_steps": 64, "epochs": 2, "minibatch_size": 32}}  # --small: PPO updates within 64 steps
+MODES = {"eager": {"capture": False}, "captured": {}, "compiled": {"compile": True}}
 LOSSES = ("critic_loss", "actor_loss", "policy_loss", "value_loss")
 
 
-def described(model: str, ppo: dict, steps: int) -> str:
-    """What a measurement measured, for its rates file."""
-    return (
-        f"One rank of the paper's run at gpu_check's per-rank settings: 8 environments; SAC-GLAM+HER with the paper's "
-        f"critic, 2 updates of 64 every 8 steps, warm-up off; PPO-GLAM, {ppo['rollout_steps']}-step rollouts of "
-        f"{ppo['epochs']} epochs of {ppo['minibatch_size']}; {model}, LoRA, 4-bit weights; {steps} steps measured per "
-        f"run. Steady: SAC from its first update on, PPO over whole rollout+update cycles."
-    )
-
-
-def run_config(
-    variant: str, model: Path, device: str, dtype: str, steps: int, out: Path, small: bool = False
-) -> RunConfig:
+def run_config(variant: str, model: Path, device: str, mode: str, steps: int, out: Path, small: bool) -> RunConfig:
+    settings = VARIANTS[variant]
     return parse_config(
         {
-            **PER_RANK[variant],
-            **(SMALL if small and variant == "PPO-GLAM" else {}),
-            "model": {"name_or_path": str(model), "device": device, "dtype": dtype, "lora": {}, "load_in_4bit": True},
+            **settings,
+            **(SMALL if small and settings["algorithm"] == "ppo" else {}),
+            "model": {"name_or_path": str(model), "device": device, "lora": {}, "load_in_4bit": True, **MODES[mode]},
             "output_dir": str(out),
-            "num_envs": 8,
+            "num_envs": settings.get("num_envs", 8),
             "total_steps": steps,
             "threads": torch.get_num_threads(),
             "eval": {"every_steps": 10**9, "episodes_per_type": 1, "test_episodes": 1},
             "checkpoint": {"every_updates": 10**9},
+            "monitor": {"tensorboard": False, "scalars_every_steps": 10**6, "progress_every_steps": 10**6},
         }
     )
-
-
-def synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def scoring(config: RunConfig, repeats: int = 10) -> str:
-    agent = GlamAgent.from_config(AgentConfig(config.model), ACTION_VOCABULARY)
-    play = random_play(PromptTokens(agent.lm.tokenizer), vector_steps=3)
-    prompts, candidates = play.snapshots[0]
-    ids = [agent.tokens.action(a) for a in ACTION_VOCABULARY]
-    batch = agent.batch_from_ids(prompts, [[ids[a] for a in c] for c in candidates], candidates)
-    with torch.no_grad():
-        agent.policy(batch)
-        synchronize(config.model.device)
-        start = time.perf_counter()
-        for _ in range(repeats):
-            agent.policy(batch)
-        synchronize(config.model.device)
-    seconds = (time.perf_counter() - start) / repeats
-    actions = len(batch.action_tokens)
-    return f"{len(prompts) / seconds:,.0f} prompts/s, {actions / seconds:,.0f} actions/s"
 
 
 @dataclass(frozen=True)
@@ -134,65 +108,127 @@ class Mark:
     seconds: float
 
 
-@dataclass(frozen=True)
+@dataclass
 class Figures:
-    """One variant's measured run."""
+    """One run's measurements; None where not measured (a CPU, or nothing in the window)."""
 
-    steady: float  # env steps/s: SAC from its first update on, PPO over whole rollout+update cycles (NaN: none)
-    whole_run: float  # env steps/s over the measured steps
+    steady: float  # env steps/s (NaN: no steady window)
+    whole_run: float
     updates_per_s: float  # in the steady window
-    busy: float | None  # GPU kernel time / wall time over the profiled steps after the measured ones; None on a CPU
-    peak_memory_gib: float | None  # None on a CPU
-    tflops: float  # achieved in steady state: the FLOPs step_cost counts per step x the steady rate
+    kernel_ms_per_update: float | None = None
+    kernels_per_update: float | None = None
+    kernel_ms_per_step: float | None = None  # per environment step, its share of updates included
+    busy: float | None = None  # kernel time over wall time in the profiled window
+    tflops: float | None = None  # during kernel time
+    operator_calls_per_update: float | None = None  # host calls into torch's dispatcher
+    capture_seconds: float = 0.0  # capturing graphs and compiling (the first calls of each shape)
+    peak_memory_gib: float | None = None
+    statistics: dict[str, float] | None = None  # the run's training statistics (the same in every mode, up to rounding)
 
 
 def rates(marks: list[Mark], algorithm: str) -> tuple[float, float, float]:
     """(steady env steps/s, whole-run env steps/s, steady updates/s) from the marks of the measured steps; NaN for a
-    steady state that the marks do not reach."""
+    steady state that the marks do not reach. SAC's steady window starts halfway through its updating steps (its
+    first updates of each shape run eagerly, then are captured); PPO's covers whole rollout+update cycles."""
 
     def per_second(first: Mark, last: Mark, what: str) -> float:
         seconds = last.seconds - first.seconds
         return (getattr(last, what) - getattr(first, what)) / seconds if seconds > 0 else math.nan
 
     updated = [now for before, now in zip(marks, marks[1:]) if now.updates > before.updates]
-    if algorithm == "sac":  # from its first update on, when every cycle updates
-        first, last = (updated[0] if updated else marks[-1]), marks[-1]
-    else:  # PPO: whole rollouts with their updates
+    if algorithm == "sac":
+        first, last = (updated[len(updated) // 2] if updated else marks[-1]), marks[-1]
+    else:
         first, last = marks[0], (updated[-1] if updated else marks[0])
-    whole_run = per_second(marks[0], marks[-1], "steps")
-    return per_second(first, last, "steps"), whole_run, per_second(first, last, "updates")
+    return (
+        per_second(first, last, "steps"),
+        per_second(marks[0], marks[-1], "steps"),
+        per_second(first, last, "updates"),
+    )
 
 
-def train(config: RunConfig, measured: int, flops_per_step: float) -> tuple[Figures | None, list[str]]:
-    """One short run (`config.total_steps`): its first `measured` steps timed, then on a GPU the kernels of the
-    following ones profiled (the last step, which evaluates, is neither); its figures, and the checks that failed."""
+class Counted:
+    """FLOPs of one eager call of each of the loop's calls that cost (acting, a SAC update, a PPO minibatch step), and
+    the calls made since `mark`."""
+
+    CALLS = {"act": 1, "_update": 2, "_minibatch_step": 1}  # which call to count: SAC's first update measures policy_kl
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.flops: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
+        for name in self.CALLS:
+            if hasattr(trainer.algo, name):
+                self._wrap(trainer.algo, name)
+
+    def _wrap(self, algo, name: str) -> None:
+        original = getattr(algo, name)
+
+        def counted(*args, **kwargs):
+            self.calls[name] = self.calls.get(name, 0) + 1
+            if self.calls[name] != self.CALLS[name]:
+                return original(*args, **kwargs)
+            with FlopCounterMode(display=False) as counter:
+                out = original(*args, **kwargs)
+            self.flops[name] = counter.get_total_flops()
+            return out
+
+        setattr(algo, name, counted)
+
+    def since(self, calls: dict[str, int]) -> float:
+        """FLOPs of the calls made since the counts `calls`."""
+        return sum(self.flops.get(k, 0) * (n - calls.get(k, 0)) for k, n in self.calls.items())
+
+
+def profile_window(profile, wall: float, updates: int, steps: int, flops: float) -> dict:
+    """Kernel time, kernels and operator calls of a profiled window of `steps` environment steps and `updates`."""
+    kernels = [e for e in profile.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernel_seconds = sum(e.self_device_time_total for e in kernels) / 1e6
+    calls = 0
+    for event in profile.events():
+        if event.device_type == torch.autograd.DeviceType.CPU and event.name.startswith("aten::"):
+            parent = event.cpu_parent
+            calls += parent is None or not parent.name.startswith("aten::")  # outermost: a call from Python
+    per_update = max(updates, 1)
+    return {
+        "kernel_ms_per_update": 1e3 * kernel_seconds / per_update if updates else None,
+        "kernels_per_update": len(kernels) / per_update if updates else None,
+        "kernel_ms_per_step": 1e3 * kernel_seconds / steps,
+        "busy": kernel_seconds / wall,
+        "tflops": flops / kernel_seconds / 1e12 if kernel_seconds else None,
+        "operator_calls_per_update": calls / per_update if updates else None,
+    }
+
+
+def train(config: RunConfig, measured: int, profiled: int) -> tuple[Figures | None, list[str]]:
+    """One short run: its first `measured` steps timed, then on a GPU `profiled` steps profiled (the last step, which
+    evaluates, is neither); its figures, and the checks that failed."""
     cuda = config.model.device.startswith("cuda")
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     trainer = Trainer(config)
+    counted = Counted(trainer)
     lora = [p.detach().clone() for p in trainer.agent.lm.parameters_of()]
     marks: list[Mark] = []
-    busy = {}  # the profiled window: its profile and wall seconds
+    window: dict = {}
     profiling = contextlib.ExitStack()
     step = trainer._step
 
-    def mark() -> None:
-        marks.append(Mark(trainer.env_steps, trainer.algo.updates, time.perf_counter()))
-
     def timed(started: float) -> None:
-        if cuda and trainer.env_steps >= measured and not busy:
+        if cuda and trainer.env_steps == measured:
             torch.cuda.synchronize()
-            activities = [torch.profiler.ProfilerActivity.CUDA]  # kernels only: little host overhead
-            busy["profile"] = profiling.enter_context(torch.profiler.profile(activities=activities))
-            busy["start"] = time.perf_counter()
-        elif cuda and trainer.env_steps >= config.total_steps - config.num_envs and "wall" not in busy:
+            activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+            window.update(profile=profiling.enter_context(torch.profiler.profile(activities=activities)))
+            window.update(start=time.perf_counter(), updates=trainer.algo.updates, steps=trainer.env_steps)
+            window.update(calls=dict(counted.calls))
+        elif cuda and trainer.env_steps == measured + profiled and "wall" not in window:
             torch.cuda.synchronize()
-            busy["wall"] = time.perf_counter() - busy["start"]
+            window.update(wall=time.perf_counter() - window["start"], flops=counted.since(window["calls"]))
+            window.update(updates=trainer.algo.updates - window["updates"], steps=trainer.env_steps - window["steps"])
             profiling.close()
         if not marks:
-            mark()
+            marks.append(Mark(trainer.env_steps, trainer.algo.updates, time.perf_counter()))
         step(started)
-        mark()
+        marks.append(Mark(trainer.env_steps, trainer.algo.updates, time.perf_counter()))
 
     trainer._step = timed
     with profiling:
@@ -202,41 +238,52 @@ def train(config: RunConfig, measured: int, flops_per_step: float) -> tuple[Figu
     with (Path(config.output_dir) / "metrics.csv").open() as f:
         last = list(csv.DictReader(f))[-1]
     steady, whole_run, updates_per_s = rates([m for m in marks if m.steps <= measured], config.algorithm)
-    figures = Figures(
-        steady=steady,
-        whole_run=whole_run,
-        updates_per_s=updates_per_s,
-        busy=busy_fraction(busy["profile"], busy["wall"]) if cuda else None,
-        peak_memory_gib=torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
-        tflops=flops_per_step * steady / 1e12,
-    )
+    statistics = {k: float(last[k]) for k in (*LOSSES, "mean_q", "entropy", "alpha") if last.get(k) not in (None, "")}
+    figures = Figures(steady, whole_run, updates_per_s, capture_seconds=trainer.agent.graphs.seconds)
+    figures.statistics = statistics
+    if cuda and "wall" in window:
+        measured = profile_window(
+            window["profile"], window["wall"], window["updates"], window["steps"], window["flops"]
+        )
+        for key, value in measured.items():
+            setattr(figures, key, value)
+        figures.peak_memory_gib = torch.cuda.max_memory_allocated() / 2**30
     failed = []
     if not any((a != b.detach()).any() for a, b in zip(lora, trainer.agent.lm.parameters_of())):
         failed.append("the LoRA weights did not change")
     for loss in LOSSES:
         if last.get(loss) not in (None, "") and not math.isfinite(float(last[loss])):
             failed.append(f"{loss} is {last[loss]}")
+    del trainer  # its graphs' memory, before the next run
+    if cuda:
+        torch.cuda.empty_cache()
     return figures, failed
 
 
-def busy_fraction(profile, wall: float) -> float:
-    """The GPU's kernel time over `wall` seconds, from a profile of its kernels."""
-    kernels = sum(e.self_device_time_total for e in profile.events() if e.device_type == torch.autograd.DeviceType.CUDA)
-    return kernels / 1e6 / wall
+def cell(value: float | None, form: str) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, form)
 
 
-def row(variant: str, algorithm: str, figures: Figures | None, flops: float, failed: list[str]) -> str:
-    """The table's line of one variant's run."""
-    cells = ["-"] * 6
-    if figures is not None:
-        busy = "n/a (CPU)" if figures.busy is None else f"{figures.busy:.0%}"
-        if figures.busy is not None and algorithm == "ppo":
-            busy += " (acting)"  # a short window holds no 16-epoch update
-        memory = "-" if figures.peak_memory_gib is None else f"{figures.peak_memory_gib:.1f} GiB"
-        rates = f"{figures.steady:.1f}", f"{figures.whole_run:.1f}", f"{figures.updates_per_s:.2f}"
-        cells = [*rates, busy, memory, f"{figures.tflops:.2f}"]
+def row(variant: str, mode: str, f: Figures | None, failed: list[str]) -> str:
+    """The table's line of one run."""
+    cells = ["-"] * 11
+    if f is not None:
+        memory = cell(f.peak_memory_gib, ".1f")
+        cells = [
+            cell(f.steady, ".1f"), cell(f.whole_run, ".1f"), cell(f.updates_per_s, ".2f"),
+            cell(f.kernel_ms_per_update, ".0f"), cell(f.kernels_per_update, ",.0f"), cell(f.kernel_ms_per_step, ".0f"),
+            cell(f.busy, ".0%"), cell(f.tflops, ".1f"), cell(f.operator_calls_per_update, ",.0f"),
+            f"{f.capture_seconds:.0f}", memory + ("" if memory == "-" else " GiB"),
+        ]  # fmt: skip
     checks = "; ".join(failed) or "LoRA trained, losses finite"
-    return f"| {variant} | {' | '.join(cells)} | {flops / 1e9:.1f} | {checks} |"
+    return f"| {variant} | {mode} | {' | '.join(cells)} | {checks} |"
+
+
+HEADER = (
+    "| variant | mode | env steps/s, steady | whole run | updates/s | kernel ms / update | kernels / update "
+    "| kernel ms / env step | GPU busy | TFLOP/s in kernels | operator calls / update | capture+compile s "
+    "| peak memory | checks |\n" + "| --- " * 14 + "|"
+)
 
 
 def commit() -> str | None:
@@ -252,40 +299,54 @@ def commit() -> str | None:
 
 
 def write_rates(
-    path: Path, gpu: str, device_name: str, measured: dict[str, dict[str, Figures]], command: str, notes: str
+    path: Path, gpu: str, device_name: str, dtype: str, runs: dict[tuple[str, str], Figures], command: str
 ) -> gpu_rates.GpuRates:
-    """Write the steady and whole-run rates of each dtype's runs (`measured`: dtype -> algorithm key -> figures) to
-    the rates file `path` of GPU type `gpu`, over the measurements of the same settings there; `notes`: what they
-    measured."""
+    """Write the steady and whole-run rates of the per-rank runs in the budget's mode (captured where measured) to the
+    rates file `path` of GPU type `gpu`, over the measurements of the same settings there."""
     import transformers
 
-    measurements = []
-    for dtype, runs in measured.items():
-        speeds = {
-            algorithm: gpu_rates.Speed(None if math.isnan(f.steady) else round(f.steady, 2), round(f.whole_run, 2))
-            for algorithm, f in runs.items()
-        }
-        achieved = "; ".join(
-            f"{algorithm}: {f.tflops:.3g} TFLOP/s"
-            + ("" if f.busy is None else f", GPU busy {f.busy:.0%}")
-            + ("" if f.peak_memory_gib is None else f", {f.peak_memory_gib:.1f} GiB")
-            for algorithm, f in runs.items()
+    def mode_of(variant: str) -> str | None:
+        return next((m for m in ("captured", "eager") if (variant, m) in runs), None)
+
+    by_critic: dict[str, dict[str, gpu_rates.Speed]] = {}
+    notes: dict[str, list[str]] = {}
+    for variant in ("SAC-GLAM+HER", "SAC-GLAM+HER (one-pass critic)", "PPO-GLAM"):
+        mode = mode_of(variant)
+        if mode is None:
+            continue
+        f = runs[variant, mode]
+        critic = "decoded_action" if "one-pass" in variant else "obs_action"
+        key = "ppo" if variant == "PPO-GLAM" else "sac+her"
+        steady = None if math.isnan(f.steady) else round(f.steady, 2)
+        by_critic.setdefault(critic, {})[key] = gpu_rates.Speed(steady, round(f.whole_run, 2))
+        notes.setdefault(critic, []).append(
+            f"{variant}, {mode}: {cell(f.tflops, '.3g')} TFLOP/s in kernels, GPU busy {cell(f.busy, '.0%')}, "
+            f"{cell(f.peak_memory_gib, '.1f')} GiB"
         )
-        measurements.append(
-            gpu_rates.Measurement(
-                dtype=dtype,
-                load_in_4bit=True,
-                critic=CriticConfig().input,  # PER_RANK keeps the paper's critic
-                env_steps_per_s=speeds,
-                device_name=device_name,
-                date=datetime.date.today(),
-                command=command,
-                commit=commit(),
-                torch=torch.__version__,
-                transformers=transformers.__version__,
-                notes=f"{notes} {achieved}.",
-            )
+    for critic in list(by_critic):
+        if "ppo" in by_critic.get("obs_action", {}) and critic != "obs_action":
+            by_critic[critic]["ppo"] = by_critic["obs_action"]["ppo"]  # PPO has no critic: the same run
+    measurements = [
+        gpu_rates.Measurement(
+            dtype=dtype,
+            load_in_4bit=True,
+            critic=critic,
+            env_steps_per_s=speeds,
+            device_name=device_name,
+            date=datetime.date.today(),
+            command=command,
+            commit=commit(),
+            torch=torch.__version__,
+            transformers=transformers.__version__,
+            notes=(
+                "One rank of the paper's run at gpu_check's per-rank settings: 8 environments; SAC-GLAM+HER, 2 "
+                "updates of 64 every 8 steps, warm-up off; PPO-GLAM, 512-step rollouts of 16 epochs of 64; "
+                "Flan-T5-base's shape with random weights, LoRA, 4-bit weights. Steady: SAC from the middle of its "
+                f"updating steps, PPO over whole rollout+update cycles. {'; '.join(notes[critic])}."
+            ),
         )
+        for critic, speeds in by_critic.items()
+    ]
     return gpu_rates.record(path, gpu, measurements)
 
 
@@ -311,25 +372,30 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--model", type=Path, help="a model folder (default: a Flan-T5-base-shaped one, built here)")
+    parser.add_argument("--steps", type=positive, default=560, help="environment steps measured in each run")
     parser.add_argument(
-        "--steps", type=positive, default=520, help="environment steps measured in each run (more than PPO's rollout)"
+        "--profile-steps", type=positive, default=16, help="environment steps profiled after them on a GPU"
     )
-    parser.add_argument(
-        "--busy-steps", type=positive, default=16, help="environment steps profiled after them on a GPU (at least 8)"
-    )
-    parser.add_argument("--both-dtypes", action="store_true", help="train in the other dtype too, not only score")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of: {', '.join(VARIANTS)}")
+    parser.add_argument("--modes", default="eager,captured", help=f"comma-separated, of: {', '.join(MODES)}")
     parser.add_argument("--rates", type=Path, help="the rates file to write (default: the budget's, for this GPU)")
+    parser.add_argument("--json", type=Path, help="append each run's figures to this file as a JSON line")
     parser.add_argument("--small", action="store_true", help="PPO: 64-step rollouts of 2 epochs (CPU tests)")
     add_threads_argument(parser)
     args = parser.parse_args()
-    rollout = (SMALL if args.small else PER_RANK["PPO-GLAM"])["ppo"]["rollout_steps"]
-    if args.steps <= rollout:  # PPO would never update, and its LoRA check would fail for that reason alone
-        parser.error(f"--steps must exceed PPO's rollout of {rollout} steps, so that PPO updates at least once")
-    if args.busy_steps < 8:  # a step of the 8 environments, between the measured steps and the last, evaluating one
-        parser.error("--busy-steps must be at least 8, one step of the 8 environments")
+    variants, modes = args.variants.split(","), args.modes.split(",")
+    unknown = [v for v in variants if v not in VARIANTS] + [m for m in modes if m not in MODES]
+    if unknown:
+        parser.error(f"unknown variants or modes: {unknown}")
     cuda = args.device.startswith("cuda")
     if cuda and not torch.cuda.is_available():
         parser.error("no CUDA device here; `--device cpu --model <tiny model>` checks the logic on a CPU")
+    modes = modes if cuda else ["eager"]  # nothing is captured on a CPU
+    rollout = (SMALL if args.small else VARIANTS["PPO-GLAM"])["ppo"]["rollout_steps"]
+    if "PPO-GLAM" in variants and args.steps <= rollout:  # PPO would never update, and its LoRA check would fail
+        parser.error(f"--steps must exceed PPO's rollout of {rollout} steps, so that PPO updates at least once")
+    if cuda and args.profile_steps < 8:  # a step of the 8 environments
+        parser.error("--profile-steps must be at least 8, one step of the 8 environments")
     pin_threads(args.threads)
     name = torch.cuda.get_device_name(args.device) if cuda else "CPU"
     try:
@@ -337,48 +403,31 @@ def main() -> int:
     except ValueError as error:  # a bad calibration table or rates file: one line, before minutes of measuring
         print(f"error: {error}", file=sys.stderr)
         return 2
-    # after the measured steps: the profiled ones, then the last step, which evaluates (a metrics row for the checks)
-    total = args.steps + (args.busy_steps if cuda else 0) + 8
+    failures: list[str] = []
+    runs: dict[tuple[str, str], Figures] = {}
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model or save_flan_t5_base_shaped(Path(tmp) / "flan-t5-base-shaped")
-        probe = run_config("PPO-GLAM", model, args.device, "auto", total, Path(tmp))
-        auto = resolve_dtype(probe.model)
-        other = "float16" if auto == "bfloat16" else "bfloat16"
+        dtype = resolve_dtype(run_config(variants[0], model, args.device, "eager", 8, Path(tmp), args.small).model)
         print(f"gpu_check: {name}, torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s), model {model}")
-        print(f"dtype auto picks {auto}; also checked: {other}" + ("" if args.both_dtypes else " (scoring only)"))
-        from transformers import AutoConfig
-
-        hf_config = AutoConfig.from_pretrained(model)
-        failures: list[str] = []
-        measured: dict[str, dict[str, Figures]] = {}
-        for dtype in (auto, other):
-            print(f"\n## {dtype}{' (auto)' if dtype == auto else ''}")
-            print(
-                f"scoring, 32 environments: {scoring(run_config('PPO-GLAM', model, args.device, dtype, 1, Path(tmp)))}"
-            )
-            if dtype != auto and not args.both_dtypes:
-                continue
-            print(
-                "| variant | env steps/s, steady | env steps/s, whole run | updates/s | GPU busy | peak memory "
-                "| achieved TFLOP/s | GFLOP/step | checks |"
-            )
-            print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-            for variant in PER_RANK:
-                out = Path(tmp) / f"{dtype}-{variant}"
-                config = run_config(variant, model, args.device, dtype, total, out, args.small)
-                play = random_play(PromptTokens(load_tokenizer(config.model)), vector_steps=60, num_envs=8)
-                with masks_without_values():
-                    cost = step_cost(counting_agent(config, hf_config), config, play, ranks=1, batches=2)
-                flops = cost.total - cost.parts["evaluation"]  # the runs do not evaluate
-                figures, failed = train(config, args.steps, flops)
-                failures += [f"{dtype} {variant}: {f}" for f in failed]
+        print(f"dtype {dtype}, 4-bit weights, LoRA; modes {', '.join(modes)}\n\n{HEADER}")
+        for variant in variants:
+            envs = VARIANTS[variant].get("num_envs", 8)
+            # after the measured steps: the profiled ones, then the last step, which evaluates (a metrics row)
+            total = args.steps + (args.profile_steps if cuda else 0) + envs
+            for mode in modes:
+                out = Path(tmp) / f"{variant}-{mode}"
+                config = run_config(variant, model, args.device, mode, total, out, args.small)
+                figures, failed = train(config, args.steps - args.steps % envs, args.profile_steps)
+                failures += [f"{variant}, {mode}: {f}" for f in failed]
                 if figures is not None:
-                    measured.setdefault(dtype, {})[budget.algorithm_key(config)] = figures
-                print(row(variant, config.algorithm, figures, flops, failed), flush=True)
-    busy = f"kernel time / wall time over the {args.busy_steps} steps after them (PPO's: acting only)"
+                    runs[variant, mode] = figures
+                    if args.json:
+                        with args.json.open("a") as f:
+                            f.write(json.dumps({"variant": variant, "mode": mode, **asdict(figures)}) + "\n")
+                print(row(variant, mode, figures, failed), flush=True)
     print(
-        f"\nsteady: SAC from its first update on, PPO over whole rollout+update cycles, within the first {args.steps} "
-        f"steps; GPU busy: {busy if cuda else 'not applicable on a CPU'}"
+        f"\nsteady: SAC from the middle of its updating steps, PPO over whole rollout+update cycles, within the first "
+        f"{args.steps} steps; kernels: {'the ' + str(args.profile_steps) + ' steps after them' if cuda else 'no GPU'}"
     )
     if failures:
         print("rates not written: a check failed")
@@ -386,9 +435,7 @@ def main() -> int:
         print(f"rates not written: {unwritten}; --rates FILE writes them")
     else:
         command = " ".join(["python -m sacglam_core.benchmarks.gpu_check", *sys.argv[1:]])
-        ppo = (SMALL if args.small else PER_RANK["PPO-GLAM"])["ppo"]
-        shape = "Flan-T5-base's shape with random weights" if args.model is None else f"the model {args.model}"
-        write_rates(rates_path, gpu, name, measured, command, described(shape, ppo, args.steps))
+        write_rates(rates_path, gpu, name, dtype, runs, command)
         budgets = "" if args.rates else f": the budget prices runs on {gpu} from it; commit it"
         print(f"rates written to {rates_path}{budgets}")
     print("\nFAILED: " + "; ".join(failures) if failures else "\nall checks passed")

@@ -20,7 +20,6 @@ FLOPs per environment step:
   critic       SAC's critic updates (the target's passes included)
   actor        SAC's actor and alpha updates; PPO's 16 epochs and the pass that prepares them
   evaluation   one evaluation round's policy passes (the random policy's episodes) spread over 10,000 steps
-"before" is SAC's update as it was before its passes were shared and skipped (benchmarks/sac_reference.py).
 Each critic input and weights option is counted with a target LM copy (the paper's soft-updated target);
 "no target LM" is the one-pass critic as the demo runs it (`target_lm: false`): Q and its target are
 read from the policy's own passes, the target through the soft-updated MLP head only.
@@ -55,7 +54,6 @@ from sacglam_core.agent.tokens import PromptTokens
 from sacglam_core.algos.ppo import PPO, Transition
 from sacglam_core.algos.sac import SAC
 from sacglam_core.benchmarks import add_threads_argument, pin_threads
-from sacglam_core.benchmarks.sac_reference import reference_batches, reference_critic_update
 from sacglam_core.config import EvalConfig, RunConfig, parse_config
 from sacglam_core.distributed import Ranks
 from sacglam_core.envs import EnvConfig, VectorPlayground
@@ -233,25 +231,28 @@ def evaluation_flops(agent: GlamAgent, config: RunConfig) -> float:
 
 
 def update_costs(sac: SAC, index: np.ndarray, alpha: torch.Tensor) -> dict[str, Cost]:
-    """One update on the rows `index`, and its critic's half as it was before (the actor's is unchanged)."""
-    taken, current, following, rows = sac._batches(index)
-    old_taken, _, old_following, old_rows = reference_batches(sac, index)
+    """One update on the rows `index`: its critic's half and its actor's."""
+    batches, arrays = sac._batches(index)
+
+    def critic(b, t):
+        return sac._critic_update(b["taken"], b.get("following"), t["reward"], t["discount"], alpha)
+
     return {
-        "critic": measure(lambda: sac._critic_update(taken, following, rows, alpha)),
-        "actor": measure(lambda: sac._actor_update(current, alpha)),
-        "critic before": measure(lambda: reference_critic_update(sac, old_taken, old_following, old_rows, alpha)),
+        "critic": measure(lambda: sac.agent.run("sac-critic", critic, batches, arrays)),
+        "actor": measure(
+            lambda: sac.agent.run("sac-actor", lambda b, _: sac._actor_update(b["current"], alpha), batches)
+        ),
     }
 
 
 def sac_costs(agent: GlamAgent, config: RunConfig, play: Play, ranks: int, batches: int) -> dict[str, Cost]:
-    """Per environment step: critic and actor updates, and the critic's as it was before; and the peak
-    memory of one update on a rank."""
+    """Per environment step: critic and actor updates; and the peak memory of one update on a rank."""
     sac = SAC(agent, config, Ranks(), goal_type_prior(config.env))
     for episode in play.episodes:
         sac.add(episode)
     her = config.her
     per_step = ranks * config.sac.updates_per_cycle / config.sac.update_every / batches
-    costs = {k: Cost() for k in ("critic", "actor", "critic before")}
+    costs = {k: Cost() for k in ("critic", "actor")}
     alpha = sac.log_alpha.exp().detach()
     for k in range(batches + 1):
         index = sac.buffer.sample(sac.batch_size, her.sampling if her.enabled else "uniform", her.her_fraction)
@@ -319,7 +320,6 @@ def static_bytes(agent: GlamAgent) -> int:
 @dataclass
 class StepCost:
     parts: dict[str, float]  # FLOPs per environment step: acting, critic, actor, evaluation
-    before: float | None  # the same with SAC's update pass by pass
     peak_bytes: int  # estimated peak memory of a rank
 
     @property
@@ -333,19 +333,16 @@ def step_cost(agent: GlamAgent, config: RunConfig, play: Play, ranks: int, batch
     if config.algorithm == "ppo":
         update = ppo_costs(agent, config, play, ranks)
         parts |= {"critic": 0.0, "actor": update.flops}
-        return StepCost(parts, None, static_bytes(agent) + update.peak_bytes)
+        return StepCost(parts, static_bytes(agent) + update.peak_bytes)
     costs = sac_costs(agent, config, play, ranks, batches)
     parts |= {"critic": costs["critic"].flops, "actor": costs["actor"].flops}
-    before = parts["acting"] + parts["evaluation"] + parts["actor"] + costs["critic before"].flops
     peak = max(costs["critic"].peak_bytes, costs["actor"].peak_bytes)
-    return StepCost(parts, before, static_bytes(agent) + peak)
+    return StepCost(parts, static_bytes(agent) + peak)
 
 
 def report_row(label: str, cost: StepCost, fraction: float) -> str:
     cells = [f"{label:<40}"] + [f"{cost.parts[k] / 1e9:>9.1f}" for k in ("acting", "critic", "actor", "evaluation")]
     cells.append(f"{cost.total / 1e9:>9.1f}")
-    before = cost.before
-    cells.append(f"{before / 1e9:>9.1f} {before / cost.total:>5.2f}x" if before else f"{'':>16}")
     cells.append(f"{cost.peak_bytes / 2**30:>7.1f}")
     for peak_flops, gpus in GPUS.values():
         rate = gpus * peak_flops * fraction / cost.total
@@ -376,9 +373,9 @@ def main() -> None:
     print("GFLOP per environment step; memory per rank estimated; steps/s of a run and GPU-hours per 400K steps")
     print(
         f"{'variant / critic input, weights':<40} {'acting':>9} {'critic':>9} {'actor':>9} {'eval':>9} {'total':>9} "
-        f"{'before':>9} {'ratio':>6} {'GiB/rk':>7} " + " ".join(f"{g:>16}" for g in GPUS)
+        f"{'GiB/rk':>7} " + " ".join(f"{g:>16}" for g in GPUS)
     )
-    print(" " * 115 + " ".join(f"{'st/s':>8} {'GPU-h':>7}" for _ in GPUS))
+    print(" " * 98 + " ".join(f"{'st/s':>8} {'GPU-h':>7}" for _ in GPUS))
     settings = [("PPO-GLAM", paper_config("ppo", False, None, args.eval_per_type))]
     critics = [PAPER_CRITIC, ("decoded_action", "shared")] if args.quick else [
         (i, w) for i in CRITIC_INPUTS for w in CRITIC_WEIGHTS

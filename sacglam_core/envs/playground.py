@@ -61,6 +61,12 @@ class EnvConfig:
                 f"{'simplified' if self.simplified else 'full'} goal set needs at least {needed} objects"
             )
 
+    @property
+    def max_candidates(self) -> int:
+        """The most candidate actions a state can offer: `Go to` each object not held, `Grasp`, `Release` each held
+        one, and `Release all` while holding two or more."""
+        return self.n_objects + 1 + int(min(self.capacity, self.n_objects) >= 2)
+
     @classmethod
     def simplified_variant(cls, **overrides: Any) -> EnvConfig:
         """The paper's simplified environment: simple goals only, N=3 objects."""

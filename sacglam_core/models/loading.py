@@ -20,6 +20,7 @@ __all__ = [
     "ModelConfig",
     "ModelNotFoundError",
     "add_lora",
+    "allow_tf32",
     "load_model",
     "load_tokenizer",
     "lora_target_modules",
@@ -120,7 +121,11 @@ def resolve_dtype(config: ModelConfig) -> str:
 
 
 def load_model(config: ModelConfig) -> tuple[PreTrainedModel, Architecture]:
-    """The model (peft-wrapped when LoRA is on) and its architecture."""
+    """The model (peft-wrapped when LoRA is on) and its architecture.
+
+    Every weight that is not 4-bit or a LoRA adapter is in the compute dtype, except T5's feed-forward output `wo`
+    under fp16, which transformers keeps in float32 against fp16 overflow (Flan-T5) and never quantises: under bf16
+    it is a bf16 linear (a 4-bit `wo` would get its input cast to the weights' uint8 storage by T5's forward)."""
     _check_folder(config)
     architecture = resolve_architecture(config)
     auto = AutoModelForSeq2SeqLM if architecture == "seq2seq" else AutoModelForCausalLM
@@ -146,7 +151,16 @@ def load_model(config: ModelConfig) -> tuple[PreTrainedModel, Architecture]:
         _fix_cpu_4bit_backward(model)
     if config.lora is not None:
         model = add_lora(model, config, architecture)
+    if next(model.parameters()).device.type == "cuda":
+        allow_tf32()
     return model, architecture
+
+
+def allow_tf32() -> None:
+    """Let float32 matrix products and convolutions on CUDA run on TF32 tensor cores (the adapters, heads and
+    float32 runs): several times faster on an A100 or H100, with a 10-bit mantissa on the inputs."""
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
 
 
 def _fix_cpu_4bit_backward(model: torch.nn.Module) -> None:
@@ -161,11 +175,16 @@ def _fix_cpu_4bit_backward(model: torch.nn.Module) -> None:
 
 
 def add_lora(model: PreTrainedModel, config: ModelConfig, architecture: Architecture):
-    """The model wrapped by peft with the LoRA adapters `config.lora` describes (prepared for 4-bit training)."""
-    from peft import LoraConfig, TaskType, get_peft_model, prepare_model_for_kbit_training
+    """The model wrapped by peft with the LoRA adapters `config.lora` describes (float32, peft's
+    `autocast_adapter_dtype`), the base model frozen by peft.
 
-    if config.load_in_4bit:
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    Not peft's `prepare_model_for_kbit_training` for 4-bit models: it casts every weight that is not 4-bit to float32
+    (embeddings, norms, T5's position bias, the LM head), which under bf16 put the residual stream, attention, T5's
+    `wo` and the LM head in float32: 28% of the matrix-product FLOPs at Flan-T5-base's shape, 1.2% (the adapters')
+    without it (`python -m sacglam_core.benchmarks.census --precision`). Its other steps are for gradient
+    checkpointing, which is off here. T5's norms compute their statistics in float32 whatever the weights' dtype."""
+    from peft import LoraConfig, TaskType, get_peft_model
+
     lora = config.lora
     targets = lora.target_modules
     if targets is not None and not isinstance(targets, str):

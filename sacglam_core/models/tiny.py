@@ -145,7 +145,7 @@ def pretrain_prior(model: PreTrainedModel, tokenizer, spec: TinySpec) -> float:
     kl = float("nan")
     for step in range(spec.prior_steps):
         envs, (obs, infos) = variants[step % 2], states[step % 2]
-        batch = lm.collate(
+        batch = lm.batch(
             [tokens.prompt(g, o) for g, o in zip(infos["goal"], obs)],
             [tokens.actions(a) for a in infos["possible_actions"]],
         )

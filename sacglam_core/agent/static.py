@@ -1,0 +1,127 @@
+"""Static shapes on a device: a call's host arrays staged in one copy, and calls replayed from captured CUDA graphs.
+
+On a GPU an eager update of SAC-GLAM launches tens of thousands of kernels, each costing the host more time than
+the GPU spends on it. A CUDA graph records a function's kernels once and replays them all with one call, reading
+its inputs and writing its outputs where they were at capture: `Graphs.run` keeps, for each key (a kind of call
+and the layout of its inputs), a graph, its input buffer and its outputs. A key's first `WARMUP` calls run eagerly
+on a side stream (they create cuBLAS handles and the optimizers' state, which a capture may not allocate); its next
+call is captured and replayed, and every later one copies its inputs into the graph's buffer and replays it. Every
+call is a real one: the same kernels on the same numbers, eager or replayed.
+
+What a captured function may do: only device work on its inputs and on tensors that outlive it (weights, optimizer
+state, learning rates held as tensors). Host reads (`.item()`, `.tolist()`), copies from the host, Python decisions
+on tensor values and shape changes would be frozen at capture; batches therefore have static shapes (batch.py),
+and a decision made on the host (warm-up, which statistics to measure) is part of the key.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+WARMUP = 2  # eager calls of a key before its capture
+Outputs = dict[str, torch.Tensor]
+
+
+@dataclass
+class Staged:
+    """A call's inputs on the device: one flat byte buffer and named views into it."""
+
+    flat: torch.Tensor
+    tensors: dict[str, torch.Tensor]
+
+    def clone(self) -> Staged:
+        flat = self.flat.clone()
+        return Staged(flat, _views(flat, {k: (t.shape, t.dtype) for k, t in self.tensors.items()}))
+
+
+def _layout(specs: dict[str, tuple[torch.Size, torch.dtype]]) -> tuple[dict[str, tuple[int, int]], int]:
+    """Each array's byte range in the flat buffer (8-byte aligned) and the buffer's size."""
+    offsets, end = {}, 0
+    for name, (shape, dtype) in specs.items():
+        size = int(np.prod(shape, dtype=np.int64)) * torch.empty((), dtype=dtype).element_size()
+        offsets[name] = (end, size)
+        end += -(-size // 8) * 8
+    return offsets, end
+
+
+def _views(flat: torch.Tensor, specs: dict[str, tuple[torch.Size, torch.dtype]]) -> dict[str, torch.Tensor]:
+    offsets, _ = _layout(specs)
+    return {
+        name: flat[start : start + size].view(dtype).view(shape)
+        for (name, (shape, dtype)), (start, size) in zip(specs.items(), offsets.values())
+    }
+
+
+def stage(arrays: dict[str, np.ndarray], device: torch.device | str) -> Staged:
+    """Host arrays on `device` in one copy: written into one pinned buffer, copied without making the host wait.
+
+    The pinned buffer comes from torch's caching host allocator, which gives it out again only once this copy has
+    read it."""
+    device = torch.device(device)
+    specs = {k: (torch.Size(a.shape), torch.from_numpy(np.empty(0, a.dtype)).dtype) for k, a in arrays.items()}
+    offsets, size = _layout(specs)
+    if device.type == "meta":  # FLOP counting on shapes alone (benchmarks/step_cost.py)
+        return Staged(flat := torch.empty(size, dtype=torch.uint8, device=device), _views(flat, specs))
+    host = torch.empty(size, dtype=torch.uint8, pin_memory=device.type == "cuda")
+    buffer = host.numpy()
+    for array, (start, nbytes) in zip(arrays.values(), offsets.values()):
+        buffer[start : start + nbytes] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    flat = host.to(device, non_blocking=True) if device.type == "cuda" else host
+    return Staged(flat, _views(flat, specs))
+
+
+@dataclass
+class _Entry:
+    calls: int = 0
+    graph: torch.cuda.CUDAGraph | None = None
+    inputs: Staged | None = None
+    outputs: Outputs = field(default_factory=dict)
+
+
+class Graphs:
+    """Calls replayed from CUDA graphs, one per key; eager calls where `enabled` is false or not on a GPU."""
+
+    def __init__(self, device: torch.device | str, enabled: bool = True) -> None:
+        self.device = torch.device(device)
+        self.enabled = enabled and self.device.type == "cuda"
+        self.seconds = 0.0  # spent capturing
+        self._entries: dict[Hashable, _Entry] = {}
+        if self.enabled:
+            self._pool = torch.cuda.graph_pool_handle()  # one memory pool for every graph: they never run at once
+            self._side = torch.cuda.Stream(self.device)
+
+    @property
+    def captured(self) -> int:
+        """How many graphs have been captured."""
+        return sum(entry.graph is not None for entry in self._entries.values())
+
+    def run(self, key: Hashable, fn: Callable[[dict[str, torch.Tensor]], Outputs], inputs: Staged) -> Outputs:
+        """`fn(inputs.tensors)`: eagerly, or replayed from the graph of `key` (its outputs copied out, since the
+        next replay overwrites them)."""
+        if not self.enabled:
+            return fn(inputs.tensors)
+        entry = self._entries.setdefault(key, _Entry())
+        if entry.calls < WARMUP:
+            entry.calls += 1
+            current = torch.cuda.current_stream(self.device)
+            self._side.wait_stream(current)
+            with torch.cuda.stream(self._side):
+                outputs = fn(inputs.tensors)
+            current.wait_stream(self._side)
+            return outputs
+        if entry.graph is None:
+            started = time.perf_counter()
+            entry.inputs = inputs.clone()  # the graph's input buffer, holding this call's inputs
+            entry.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(entry.graph, pool=self._pool):
+                entry.outputs = fn(entry.inputs.tensors)
+            self.seconds += time.perf_counter() - started
+        else:
+            entry.inputs.flat.copy_(inputs.flat, non_blocking=True)
+        entry.graph.replay()
+        return {name: value.clone() for name, value in entry.outputs.items()}
