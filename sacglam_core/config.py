@@ -389,6 +389,10 @@ class RunConfig:
     """Environment steps to train for, all environments together."""
     num_envs: Positive = 32
     """Parallel environments, all data-parallel ranks together (split evenly among them)."""
+    ranks: Positive | None = None
+    """Data-parallel ranks of the run (the paper's 4), each with its share of the environments and of the batches,
+    its own replay buffer and random streams; they share the processes evenly (distributed.py). null: one per
+    process. 4 on one process runs the paper's four ranks on one GPU, their batches in the same passes."""
     env: EnvConfig = field(default_factory=EnvConfig)
     """The environment (the `env` section)."""
     sac: SACConfig = field(default_factory=SACConfig)
@@ -421,19 +425,21 @@ class RunConfig:
         settings_ = {k: v for k, v in asdict(self).items() if k not in ("output_dir", "threads", "monitor")}
         del settings_["model"]["capture"]  # how kernels are launched, not which ones run
         for (section, key), default in ADDED_LATER.items():
-            if settings_[section][key] == default:
-                del settings_[section][key]
+            where = settings_[section] if section else settings_
+            if where[key] == default:
+                del where[key]
         for section in ADDED_SECTIONS:
             if not settings_[section]:
                 del settings_[section]
         return hashlib.sha256(json.dumps(settings_, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-# Settings added after runs were made with this code, with the default that reproduces those runs.
+# Settings added after runs were made with this code, with the default that reproduces those runs ("": top level).
 ADDED_LATER: dict[tuple[str, str], object] = {
     ("sac", "actor_lr_ramp_updates"): 0,
     ("sac", "actor_loss"): "reverse_kl",
     ("model", "compile"): False,
+    ("", "ranks"): None,
     **{("goals", f.name): f.default for f in fields(GoalsConfig)},
 }
 ADDED_SECTIONS = ("goals",)  # sections added after runs existed: left out when all their settings are defaults

@@ -1,11 +1,17 @@
-"""Data parallelism across the processes of one job (torchrun conventions: RANK, WORLD_SIZE, LOCAL_RANK).
+"""Data parallelism: a run's data-parallel ranks, held by the processes of one job (torchrun conventions: RANK,
+WORLD_SIZE, LOCAL_RANK).
 
-Each rank runs its share of the environments with its own copy of the LLM; after every backward pass
-the gradients are averaged across ranks, so the copies stay identical (the paper's 4 LLM instances).
+Each rank runs its share of the environments, with its own replay buffer and random streams (the paper's 4 LLM
+instances, 8 environments and batches of 64 each). A process holds `per_process` of them (`RunConfig.ranks`):
+one by default, one process per GPU; or several, whose batches it runs together in the same passes, so that the
+paper's four ranks fit on one GPU. After every backward pass the gradients are averaged across processes, so their
+copies of the LLM stay identical; within a process, each rank's loss is a mean over its own rows and the process's
+loss their mean, which is what averaging over the ranks gives.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -17,10 +23,11 @@ from sacglam_core.config import ConfigError
 
 @dataclass(frozen=True)
 class Ranks:
-    rank: int = 0
-    world: int = 1
+    rank: int = 0  # this process
+    world: int = 1  # processes
     local_rank: int = 0
     device: str = "cpu"  # where collective tensors live: the GPU with nccl
+    per_process: int = 1  # data-parallel ranks held by each process
 
     @property
     def is_main(self) -> bool:
@@ -30,10 +37,27 @@ class Ranks:
     def active(self) -> bool:
         return self.world > 1
 
-    def share(self, total: int) -> int:
-        """This rank's part of `total` split over the ranks: total // world, and one more on each of the
-        first total % world ranks, so that the parts add up to `total`."""
-        return total // self.world + int(self.rank < total % self.world)
+    @property
+    def total(self) -> int:
+        """The run's data-parallel ranks."""
+        return self.world * self.per_process
+
+    @property
+    def held(self) -> range:
+        """The data-parallel ranks this process holds."""
+        return range(self.rank * self.per_process, (self.rank + 1) * self.per_process)
+
+    def share(self, total: int, rank: int) -> int:
+        """Data-parallel rank `rank`'s part of `total` split over the ranks: total // ranks, and one more on each of
+        the first total % ranks ranks, so that the parts add up to `total`."""
+        return total // self.total + int(rank < total % self.total)
+
+    def holding(self, ranks: int | None) -> Ranks:
+        """These processes holding a run of `ranks` data-parallel ranks (None: one per process)."""
+        ranks = ranks or self.world
+        if ranks % self.world:
+            raise ConfigError(f"ranks={ranks} cannot be shared out evenly among {self.world} processes")
+        return dataclasses.replace(self, per_process=ranks // self.world)
 
     def average_gradients(self, params: list[torch.nn.Parameter]) -> None:
         """All-reduce (mean) the gradients of `params`; a missing gradient counts as zero."""

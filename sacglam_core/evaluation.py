@@ -90,20 +90,44 @@ def random_policy(seed: int = 0) -> Policy:
 
 
 def evaluate(
-    policy: Policy, config: RunConfig, ranks: Ranks | None = None, plan: tuple[tuple[str, str], ...] | None = None
+    policy: Callable[[], Policy],
+    config: RunConfig,
+    ranks: Ranks | None = None,
+    plan: tuple[tuple[str, str], ...] | None = None,
 ) -> dict[str, float]:
-    """Success rates of `policy` on the configuration's evaluation plan (or on `plan`'s (split, goal) pairs),
-    shared out among `ranks` (None: this process alone)."""
+    """Success rates on the configuration's evaluation plan (or on `plan`'s (split, goal) pairs), shared out among
+    the data-parallel `ranks` (None: this process alone), each rank's episodes played by a fresh `policy()`."""
     cfg = config.eval
     plan = plan or evaluation_goals(config.env.simplified, cfg.episodes_per_type, cfg.test_episodes, cfg.seed)
-    world, rank = (ranks.world, ranks.rank) if ranks else (1, 0)
-    mine = [(i, split, goal) for i, (split, goal) in enumerate(plan) if i % world == rank]
-    envs = [PlaygroundText(config.env, seed=cfg.seed + 7919 * i) for i, _, _ in mine]
+    keys = [("test", None)] + [("train", t) for t in GoalType]
+    totals = [0.0] * (2 * len(keys))
+    goals = catalog()
+    for rank in ranks.held if ranks else [0]:
+        mine = [(i, split, goal) for i, (split, goal) in enumerate(plan) if i % (ranks.total if ranks else 1) == rank]
+        for (_, split, goal), s in zip(mine, _play(policy(), config, mine)):
+            k = keys.index(("test", None) if split == "test" else ("train", goals.parse(goal).type))
+            totals[2 * k] += s
+            totals[2 * k + 1] += 1
+    totals = ranks.sum(totals) if ranks else totals  # successes and counts per (split, type) over the processes
+    rates = {k: totals[2 * i] / totals[2 * i + 1] for i, k in enumerate(keys) if totals[2 * i + 1]}
+    prior = goal_type_prior(config.env)
+    metrics = {metric_name(t): rates[("train", t)] for t in GoalType if ("train", t) in rates}
+    metrics["eval_success"] = float(sum(p * rates.get(("train", t), 0.0) for p, t in zip(prior, GoalType)))
+    if ("test", None) in rates:
+        metrics["eval_success_test"] = rates[("test", None)]
+    return metrics
+
+
+def _play(policy: Policy, config: RunConfig, episodes: list[tuple[int, str, str]]) -> list[float]:
+    """The success of each episode (its index in the plan, split and goal), all played together by `policy`."""
+    envs = [PlaygroundText(config.env, seed=config.eval.seed + 7919 * i) for i, _, _ in episodes]
     obs, infos = (
-        map(list, zip(*(env.reset(options={"goal": g}) for env, (_, _, g) in zip(envs, mine)))) if mine else ([], [])
+        map(list, zip(*(env.reset(options={"goal": g}) for env, (_, _, g) in zip(envs, episodes))))
+        if episodes
+        else ([], [])
     )
-    success = [0.0] * len(mine)
-    active = list(range(len(mine)))
+    success = [0.0] * len(episodes)
+    active = list(range(len(episodes)))
     while active:
         goals = [infos[i]["goal"] for i in active]
         candidates = [infos[i]["possible_actions"] for i in active]
@@ -115,19 +139,4 @@ def evaluate(
             if not (terminated or truncated):
                 still.append(i)
         active = still
-    # Sum successes and counts per (split, type) over ranks.
-    keys = [("test", None)] + [("train", t) for t in GoalType]
-    totals = [0.0] * (2 * len(keys))
-    goals = catalog()
-    for (_, split, goal), s in zip(mine, success):
-        k = keys.index(("test", None) if split == "test" else ("train", goals.parse(goal).type))
-        totals[2 * k] += s
-        totals[2 * k + 1] += 1
-    totals = ranks.sum(totals) if ranks else totals
-    rates = {k: totals[2 * i] / totals[2 * i + 1] for i, k in enumerate(keys) if totals[2 * i + 1]}
-    prior = goal_type_prior(config.env)
-    metrics = {metric_name(t): rates[("train", t)] for t in GoalType if ("train", t) in rates}
-    metrics["eval_success"] = float(sum(p * rates.get(("train", t), 0.0) for p, t in zip(prior, GoalType)))
-    if ("test", None) in rates:
-        metrics["eval_success_test"] = rates[("test", None)]
-    return metrics
+    return success

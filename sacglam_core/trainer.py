@@ -1,7 +1,8 @@
 """The training loop of one run (see train.py for the command line).
 
-Under torchrun (or submitit's distributed environment) every process runs its share of the 32
-environments with its own copy of the LLM and gradients are averaged (see distributed.py).
+Under torchrun (or submitit's distributed environment) every process runs its data-parallel ranks' share of the 32
+environments with its own copy of the LLM and gradients are averaged (see distributed.py); a process that holds
+several ranks (`ranks`) acts for all of them in one pass and updates on their batches together.
 
 The run writes into `output_dir`: `config.yaml`, `metrics.csv` (one row per evaluation),
 `checkpoints/` and, when finished, `done.json`. Started again on the same folder it resumes from the
@@ -20,12 +21,14 @@ import json
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from sacglam_core import EXIT_PREEMPTED
 from sacglam_core.agent import AgentConfig, GlamAgent
+from sacglam_core.agent.lm import compile_seconds
 from sacglam_core.algos.ppo import PPO
 from sacglam_core.algos.sac import SAC
 from sacglam_core.atomic import atomic_write, check_writable, remove_stale_temporaries
@@ -52,15 +55,49 @@ class RunDirectoryError(RuntimeError):
     """An output_dir this run cannot use: not writable, or holding a finished run of another configuration."""
 
 
+@dataclass
+class Shard:
+    """One data-parallel rank's share of the run in this process: its environments, the goals they pursue, their
+    open episodes and its action sampling, each seeded by the rank."""
+
+    envs: VectorPlayground
+    goals: GoalSampler | None
+    recorder: EpisodeRecorder
+    generator: torch.Generator
+
+    @classmethod
+    def of_rank(cls, config: RunConfig, rank: int, ranks: int, tokens) -> Shard:
+        seed = config.seed * 1000 + rank
+        envs = VectorPlayground(config.num_envs // ranks, config.env, seed=seed)
+        goals = None if config.goals.sampler == "uniform" else GoalSampler(config.goals, config.env, seed + 2)
+        envs.goal_source = goals.next_goal if goals else None
+        return cls(envs, goals, EpisodeRecorder(tokens), torch.Generator().manual_seed(seed + 1))
+
+    def state_dict(self) -> dict:
+        return {
+            "envs": self.envs.state_dict(),
+            "recorder": self.recorder.state_dict(),
+            "generator": self.generator.get_state(),
+            "goals": None if self.goals is None else self.goals.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.envs.load_state_dict(state["envs"])
+        self.recorder.load_state_dict(state["recorder"])
+        self.generator.set_state(state["generator"])
+        if self.goals is not None:
+            self.goals.load_state_dict(state["goals"])
+
+
 class Trainer:
     def __init__(self, config: RunConfig) -> None:
         self.config = config
-        self.ranks = ranks = init_ranks()
+        self.ranks = ranks = init_ranks().holding(config.ranks)
         sac = config.algorithm == "sac"
         split = {"num_envs": config.num_envs, **({"sac.batch_size": config.sac.batch_size} if sac else {})}
         for key, value in split.items():
-            if value % ranks.world:
-                raise ConfigError(f"{key}={value} cannot be split evenly over {ranks.world} processes")
+            if value % ranks.total:
+                raise ConfigError(f"{key}={value} cannot be split evenly over {ranks.total} data-parallel ranks")
         model = dataclasses.replace(config.model, device=resolve_device(config.model.device, ranks))
         self.out = Path(config.output_dir)
         self.lease = RunLease(self.out)
@@ -83,24 +120,15 @@ class Trainer:
         torch.set_flush_denormal(True)  # denormals make CPU backward passes several times slower
         torch.manual_seed(config.seed)  # the same initial heads on every rank
         sac = config.algorithm == "sac"
-        agent_config = AgentConfig(
-            model, config.sac.critic if sac else None, not sac, max_candidates=config.env.max_candidates
-        )
+        agent_config = dataclasses.replace(AgentConfig.of_run(config), model=model)
         self.agent = GlamAgent.from_config(agent_config, ACTION_VOCABULARY)
         self.model_sha256 = _weights_sha256(model)
-        self.envs = VectorPlayground(config.num_envs // ranks.world, config.env, seed=config.seed * 1000 + ranks.rank)
+        self.shards = [Shard.of_rank(config, rank, ranks.total, self.agent.tokens) for rank in ranks.held]
         # Each rank chooses its environments' goals from its own episodes; the metrics show the first rank's sampler.
-        self.goals = (
-            None
-            if config.goals.sampler == "uniform"
-            else GoalSampler(config.goals, config.env, config.seed * 1000 + ranks.rank + 2)
-        )
-        self.envs.goal_source = self.goals.next_goal if self.goals else None
+        self.goals = self.shards[0].goals
         self.algo = (
             SAC(self.agent, config, ranks, goal_type_prior(config.env)) if sac else PPO(self.agent, config, ranks)
         )
-        self.recorder = EpisodeRecorder(self.agent.tokens)
-        self.generator = torch.Generator().manual_seed(config.seed * 1000 + ranks.rank + 1)
         self.metrics = MetricsFile(self.out / "metrics.csv")
         self.action_tokens = [self.agent.tokens.action(a) for a in ACTION_VOCABULARY]
         self.env_steps = self.episodes = self.eval_rounds = 0
@@ -152,14 +180,15 @@ class Trainer:
         if self.ranks.any(stop is not None and stop.is_set()):
             print(f"{self.out}: stopped during start-up, before any step; nothing to checkpoint", file=sys.stderr)
             return EXIT_PREEMPTED
-        obs, infos = self.envs.reset()
+        starts = [shard.envs.reset() for shard in self.shards]
         if self.ranks.is_main:  # at every start: a resumed run's config.yaml is its own again, whatever befell it
             atomic_write(self.out / "config.yaml", dump_config(self.config).encode())
         resumed = self._resume()
         gpus = self.ranks.world if self.agent.lm.device.type == "cuda" else 0
         self.monitor = Monitor(self.config, self.out, self.ranks, gpus, self.env_steps, self.elapsed, resumed)
         if resumed is None:
-            self.recorder.reset(infos["goal"], obs, infos["possible_actions"])
+            for shard, (obs, infos) in zip(self.shards, starts):
+                shard.recorder.reset(infos["goal"], obs, infos["possible_actions"])
             if self.ranks.is_main:
                 self.metrics.restore([])
             self._log_row()  # the untrained agent's success rates at step 0
@@ -180,6 +209,8 @@ class Trainer:
             summary = {"env_steps": self.env_steps, "wall_seconds": self.elapsed, "train_seconds": self.train_seconds,
                        "eval_success": self._last_success, "world": self.ranks.world, "weight_checksums": checksums,
                        **self._hardware(), **self._as_run(), "threads": self.threads,
+                       "capture_seconds": round(self.agent.graphs.seconds, 1),
+                       "compile_seconds": round(compile_seconds(), 1),
                        "fingerprint": self.config.fingerprint}  # fmt: skip
             atomic_write(self.out / "done.json", json.dumps(summary, indent=1).encode())
         return 0
@@ -187,30 +218,34 @@ class Trainer:
     def _step(self, started: float) -> None:
         """One step of every environment, the update when due, then metrics, progress and checkpoint when due."""
         tick = time.perf_counter()
-        candidates = self.recorder.candidates()
-        batch = self.agent.lm.collate(
-            self.recorder.prompts(),
+        candidates = [c for shard in self.shards for c in shard.recorder.candidates()]
+        batch = self.agent.lm.collate(  # every rank this process holds acts in one pass
+            [p for shard in self.shards for p in shard.recorder.prompts()],
             [[self.action_tokens[a] for a in c] for c in candidates],
             [c.tolist() for c in candidates],
         )
-        choices, extras = self.algo.act(batch, self.generator)
-        obs, rewards, terminated, truncated, infos = self.envs.step(
-            [ACTION_VOCABULARY[c[k]] for c, k in zip(candidates, choices)]
-        )
+        choices, extras = self.algo.act(batch, [shard.generator for shard in self.shards])
         finished = succeeded = 0
-        for episode in self.recorder.step(choices, rewards, terminated, truncated, obs, infos, extras):
-            self.algo.add(episode)
-            if self.goals is not None:
-                self.goals.observe(episode.goal, episode.terminated, episode.described)
-            finished += 1
-            succeeded += int(episode.terminated)
+        width = len(candidates) // len(self.shards)
+        for index, shard in enumerate(self.shards):
+            rows = slice(index * width, (index + 1) * width)
+            obs, rewards, terminated, truncated, infos = shard.envs.step(
+                [ACTION_VOCABULARY[c[k]] for c, k in zip(candidates[rows], choices[rows])]
+            )
+            own = {key: values[rows] for key, values in extras.items()}
+            for episode in shard.recorder.step(choices[rows], rewards, terminated, truncated, obs, infos, own):
+                self.algo.add(episode, index)
+                if shard.goals is not None:
+                    shard.goals.observe(episode.goal, episode.terminated, episode.described)
+                finished += 1
+                succeeded += int(episode.terminated)
         self.window[0] += finished
         self.window[1] += succeeded
         self.monitor.episodes(finished, succeeded)
         self.env_steps += self.config.num_envs
         updates_before = self.algo.updates
         if self.algo.update_due(self.env_steps):
-            self.algo.update(self.recorder, self.env_steps)
+            self.algo.update([shard.recorder for shard in self.shards], self.env_steps)
         self.train_seconds += time.perf_counter() - tick
         self.elapsed = time.perf_counter() - started
         self.monitor.scalars(self.env_steps, self.elapsed, self.algo)
@@ -272,12 +307,15 @@ class Trainer:
 
     # -- metrics ---------------------------------------------------------------------------------
     def _log_row(self) -> None:
-        metrics = evaluate(agent_policy(self.agent, self.config, self.eval_rounds), self.config, self.ranks)
+        policy = lambda: agent_policy(self.agent, self.config, self.eval_rounds)  # noqa: E731
+        metrics = evaluate(policy, self.config, self.ranks)
         self.eval_rounds += 1
         episodes, successes = self.ranks.sum([float(self.window[0]), float(self.window[1])])
         self.episodes += int(episodes)
         self.window = [0, 0]
-        stats = self.algo.pop_stats()
+        stats = self.algo.pop_stats()  # each process's, over its ranks: their mean over the processes
+        means = self.ranks.sum(list(stats.values()))
+        stats = {k: type(v)(m / self.ranks.world) for (k, v), m in zip(stats.items(), means)}  # counts stay ints
         seconds, steps, updates = self.last_row
         span = max(self.elapsed - seconds, 1e-9)
         row = {
@@ -334,14 +372,11 @@ class Trainer:
             },  # fmt: skip
         }
         local = {
-            "envs": self.envs.state_dict(),
-            "recorder": self.recorder.state_dict(),
+            "shards": [shard.state_dict() for shard in self.shards],
             "algo": self.algo.local_state_dict(),
-            "generator": self.generator.get_state(),
             "torch_rng": torch.get_rng_state(),
             "window": list(self.window),
             "monitor": self.monitor.state_dict(),
-            "goals": None if self.goals is None else self.goals.state_dict(),
         }
         self.checkpoints.save(self.env_steps, shared, local)
         self._saved_at = self.env_steps
@@ -392,14 +427,17 @@ class Trainer:
             counters["last_success"],
         )
         self.train_seconds = counters["train_seconds"]
-        self.envs.load_state_dict(local["envs"])
-        self.recorder.load_state_dict(local["recorder"])
+        shards = local.get("shards", [local])  # one rank's state at the top: a checkpoint from before ranks were held
+        if len(shards) != len(self.shards):
+            raise CheckpointError(
+                f"the checkpoints in {self.checkpoints.directory} hold {len(shards)} data-parallel ranks per process, "
+                f"this run {len(self.shards)}: resume with the same ranks and processes"
+            )
+        for shard, state in zip(self.shards, shards):
+            shard.load_state_dict(state)
         self.algo.load_local_state_dict(local["algo"])
-        self.generator.set_state(local["generator"])
         torch.set_rng_state(local["torch_rng"])
         self.window = list(local["window"])
-        if self.goals is not None:
-            self.goals.load_state_dict(local["goals"])
         if self.ranks.is_main:
             self.metrics.restore(counters["metrics_rows"])
         self._saved_at = self.env_steps

@@ -407,3 +407,23 @@ def test_a_compiled_model_scores_as_the_eager_one(tiny_models, model):
     torch.testing.assert_close(q, eager_q, atol=1e-5, rtol=1e-5)
     for a, b in zip(grads, eager_grads, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_sampling_follows_the_policy_and_ignores_empty_slots():
+    """Draws land on each candidate as often as its probability says, never on an empty slot, and the same generator
+    state draws the same candidates whatever the number of empty slots (one uniform number per prompt)."""
+    from sacglam_core.agent.policy import CandidateDistribution
+
+    probs = torch.tensor([[0.1, 0.2, 0.7], [0.5, 0.5, 0.0]])
+    mask = torch.tensor([[True, True, True], [True, True, False]])
+    policy = CandidateDistribution(probs.log().masked_fill(~mask, 0.0), mask)
+    draws = torch.stack([policy.sample(torch.Generator().manual_seed(i)) for i in range(4000)])
+    assert (draws[:, 1] < 2).all()
+    frequencies = torch.stack([(draws == k).float().mean(0) for k in range(3)], 1)
+    torch.testing.assert_close(frequencies, probs, atol=0.03, rtol=0)
+    wider = CandidateDistribution(
+        torch.cat([policy.log_probs, torch.zeros(2, 4)], 1), torch.cat([mask, torch.zeros(2, 4, dtype=torch.bool)], 1)
+    )
+    for seed in range(20):
+        generator = torch.Generator().manual_seed(seed)
+        assert torch.equal(policy.sample(generator), wider.sample(torch.Generator().manual_seed(seed)))

@@ -40,7 +40,7 @@ def rollout(agent: GlamAgent, config, steps: int = 64, algo=None) -> tuple[list,
         else:
             tokens = [[agent.tokens.action(ACTION_VOCABULARY[a]) for a in c] for c in candidates]
             batch = agent.collate(recorder.prompts(), tokens, [c.tolist() for c in candidates])
-            choices, extras = algo.act(batch, generator)
+            choices, extras = algo.act(batch, [generator])
         obs, rewards, terminated, truncated, infos = envs.step(
             [ACTION_VOCABULARY[c[k]] for c, k in zip(candidates, choices)]
         )
@@ -148,7 +148,7 @@ def test_ppo_value_loss_is_clipped_around_the_rollouts_values(tiny_models):
     algo = PPO(agent, config, Ranks())
     episodes, recorder = rollout(agent, config, algo=algo)
     segments = episodes + recorder.cut()
-    data = algo._transitions(segments)
+    (data,) = algo._transitions([segments])
     assert [t.old_value for t in data] == pytest.approx([v for s in segments for v in s.extras["value"]])
     with torch.no_grad():  # pretend the value head moved far since the rollout: the clip must bind
         agent.value_head.head[-1].bias += 1.0
@@ -159,7 +159,7 @@ def test_ppo_value_loss_is_clipped_around_the_rollouts_values(tiny_models):
         )
         values = agent.value(agent.policy(batch, hidden=True)[1])
     old, returns = torch.tensor([t.old_value for t in data]), torch.tensor([t.ret for t in data])
-    algo._minibatch_step(data)
+    algo._minibatch_step([data])
     logged = algo.pop_stats()["value_loss"]
     assert logged == pytest.approx(value_loss(values, old, returns, clip=0.2).item(), rel=1e-5)
     assert logged != pytest.approx(value_loss(values, old, returns, clip=None).item(), rel=1e-3)
@@ -233,11 +233,11 @@ def test_ppo_measures_the_kl_of_an_update_on_the_rollouts_own_states(tiny_models
     episodes, recorder = rollout(agent, config, algo=algo)
     for episode in episodes:
         algo.add(episode)
-    own = [s for s in algo.segments + recorder.cut()]
-    algo.segments = own
-    algo.update(EpisodeRecorder(agent.tokens), env_steps=64)
-    states = [(t.prompt, t.candidates, t.old_log_probs) for t in algo._transitions(own) if not t.relabelled]
-    assert len(states) == sum(s.length for s in own) < len(algo._transitions(own))  # hindsight copies left out
+    own = [s for s in algo.segments[0] + recorder.cut()]
+    algo.segments = [own]
+    algo.update([EpisodeRecorder(agent.tokens)], env_steps=64)
+    states = [(t.prompt, t.candidates, t.old_log_probs) for t in algo._transitions([own])[0] if not t.relabelled]
+    assert len(states) == sum(s.length for s in own) < len(algo._transitions([own])[0])  # hindsight copies left out
     with torch.no_grad():
         batch = agent.batch_from_ids(
             [p for p, _, _ in states],

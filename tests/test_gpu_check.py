@@ -24,23 +24,19 @@ GPU_CHECK = [sys.executable, "-m", "sacglam_core.benchmarks.gpu_check", "--devic
 @pytest.mark.heavy
 def test_gpu_check_trains_both_algorithms_on_a_cpu_and_writes_their_rates(tiny_models, tmp_path):
     # 240 steps: 3 PPO updates of `--small`'s 64-step rollouts, SAC's 2 updates of 64 every 8 steps once the
-    # buffer holds 64 transitions (warm-up off: the actor too); LoRA and 4-bit weights; bfloat16 only scored.
+    # buffer holds 64 transitions (warm-up off: the actor too); LoRA and 4-bit weights; eager only on a CPU.
     rates = tmp_path / "rates.yaml"
-    command = [*GPU_CHECK, "--steps=240", "--small", "--model", str(tiny_models["tiny-t5"]), "--rates", str(rates)]
+    command = [*GPU_CHECK, "--steps=240", "--small", "--model", str(tiny_models["tiny-t5"]), "--rates", str(rates),
+               "--variants", "SAC-GLAM+HER,PPO-GLAM"]  # fmt: skip
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500)
     out = result.stdout
     assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
-    assert "1 CPU thread(s)" in out and "dtype auto picks float32; also checked: bfloat16 (scoring only)" in out
-    rows = re.findall(
-        r"^\| (SAC-GLAM\+HER|PPO-GLAM) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| n/a \(CPU\) \| - \| [\d.]+ \| [\d.]+ "
-        r"\| LoRA trained, losses finite \|$",
-        out,
-        re.M,
-    )
-    assert [r[0] for r in rows] == ["SAC-GLAM+HER", "PPO-GLAM"]  # trained in the auto dtype only
+    assert "1 CPU thread(s)" in out and "dtype float32, 4-bit weights, LoRA; modes eager" in out
+    rows = re.findall(r"^\| (SAC-GLAM\+HER|PPO-GLAM) \| eager \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|.*\| LoRA trained, "
+                      r"losses finite \|$", out, re.M)  # fmt: skip
+    assert [r[0] for r in rows] == ["SAC-GLAM+HER", "PPO-GLAM"]
     assert all(float(steady) > 0 and float(whole) > 0 and float(updates) > 0 for _, steady, whole, updates in rows)
-    assert out.count("prompts/s") == 2 and f"rates written to {rates}\n" in out
-    assert out.rstrip().endswith("all checks passed")
+    assert f"rates written to {rates}\n" in out and out.rstrip().endswith("all checks passed")
     (measurement,) = yaml.safe_load(rates.read_text())["measurements"]
     speeds = measurement["env_steps_per_s"]
     assert measurement["dtype"] == "float32" and set(speeds) == {"sac+her", "ppo"}
@@ -70,46 +66,49 @@ def test_a_bad_rates_file_stops_gpu_check_before_it_measures(tmp_path):
 
 def test_measured_figures_become_the_rates_file_the_budget_prices_from(tmp_path):
     """What gpu_check does after its runs, with figures as a GPU would measure them: the rates file (steady and
-    whole-run rates, GPU, dtype, weights, critic, versions, commit, date, command), which the budget reads."""
+    whole-run rates of the captured runs, eager's beside them in the notes; GPU, dtype, weights, critic, ranks per
+    GPU, versions, commit, date, command), which the budget reads."""
     table = tmp_path / "calibration.yaml"
     table.write_text((ROOT / "workflow" / "config" / "calibration.yaml").read_text())
     path = tmp_path / "gpu_rates" / "H100.yaml"
-    sac = Figures(steady=3.8, whole_run=5.6, updates_per_s=0.95, busy=0.21, peak_memory_gib=9.2, tflops=13.4)
-    ppo = Figures(steady=8.9, whole_run=9.0, updates_per_s=0.02, busy=0.08, peak_memory_gib=7.2, tflops=5.1)
+    runs = {
+        ("SAC-GLAM+HER", "eager"): Figures(steady=3.8, whole_run=5.6, updates_per_s=0.95, tflops=13.4, busy=0.21),
+        ("SAC-GLAM+HER", "captured"): Figures(steady=9.0, whole_run=20.0, updates_per_s=2.2, tflops=30.1, busy=0.9),
+        ("PPO-GLAM", "captured"): Figures(steady=60.0, whole_run=61.0, updates_per_s=0.1),
+        ("SAC-GLAM+HER (4 ranks on one GPU)", "captured"): Figures(steady=27.0, whole_run=70.0, updates_per_s=1.8),
+    }
     command = "python -m sacglam_core.benchmarks.gpu_check"
-    write_rates(path, "H100", "NVIDIA H100 80GB HBM3", {"bfloat16": {"sac+her": sac, "ppo": ppo}}, command, "N.")
-    (measurement,) = yaml.safe_load(path.read_text())["measurements"]
-    assert measurement["env_steps_per_s"] == {"sac+her": {"steady": 3.8, "whole_run": 5.6},
-                                              "ppo": {"steady": 8.9, "whole_run": 9.0}}  # fmt: skip
-    assert {k: measurement[k] for k in ("dtype", "load_in_4bit", "critic", "device_name", "command")} == {
+    write_rates(path, "H100", "NVIDIA H100 80GB HBM3", "bfloat16", runs, command)
+    one, four = yaml.safe_load(path.read_text())["measurements"]
+    assert one["env_steps_per_s"] == {"sac+her": {"steady": 9.0, "whole_run": 20.0},
+                                      "ppo": {"steady": 60.0, "whole_run": 61.0}}  # fmt: skip
+    assert (one["ranks_per_gpu"], four["ranks_per_gpu"]) == (1, 4)
+    assert four["env_steps_per_s"] == {"sac+her": {"steady": 27.0, "whole_run": 70.0}}
+    assert {k: one[k] for k in ("dtype", "load_in_4bit", "critic", "device_name", "command")} == {
         "dtype": "bfloat16", "load_in_4bit": True, "critic": "obs_action", "device_name": "NVIDIA H100 80GB HBM3",
         "command": command,
     }  # fmt: skip
-    assert measurement["torch"] == torch.__version__ and measurement["transformers"] == transformers.__version__
-    assert re.fullmatch(r"[0-9a-f]{7,}(-dirty)?", measurement["commit"])  # this checkout's
-    assert measurement["date"] == datetime.date.today()
-    achieved = "sac+her: 13.4 TFLOP/s, GPU busy 21%, 9.2 GiB; ppo: 5.1 TFLOP/s, GPU busy 8%, 7.2 GiB"
-    assert measurement["notes"] == f"N. {achieved}."
+    assert one["torch"] == torch.__version__ and one["transformers"] == transformers.__version__
+    assert re.fullmatch(r"[0-9a-f]{7,}(-dirty)?", one["commit"])  # this checkout's
+    assert one["date"] == datetime.date.today()
+    assert "SAC-GLAM+HER: steady eager 3.80, captured 9.00; captured: 30.1 TFLOP/s in kernels, GPU busy 90%" in (
+        " ".join(one["notes"].split())
+    )
     assert sorted(p.name for p in path.parent.iterdir()) == ["H100.yaml"]  # written under a temporary name, renamed
 
-    runs = expand(load_definitions(ROOT / "workflow" / "config" / "experiments.yaml"), ["main"], tmp_path / "results")
+    main = expand(load_definitions(ROOT / "workflow" / "config" / "experiments.yaml"), ["main"], tmp_path / "results")
     calibration = budgeting.load_calibration(table, tmp_path / "results")
-    priced = {e.run.variant: (e.rate, e.source) for e in budgeting.estimate(runs, 4, "H100", calibration)}
     today = datetime.date.today()
-    assert priced["SAC-GLAM+HER"] == (pytest.approx(3.8 * 3600), f"gpu_check measured {today}")
-    assert priced["PPO-GLAM"] == (pytest.approx(8.9 * 3600), f"gpu_check measured {today}")
+    for gpus, sac in ((4, 9.0), (1, 27.0)):  # the paper's 4 ranks a GPU each, or on one GPU
+        priced = {e.run.variant: (e.rate, e.source) for e in budgeting.estimate(main, gpus, "H100", calibration)}
+        assert priced["SAC-GLAM+HER"] == (pytest.approx(sac * 3600), f"gpu_check measured {today}")
 
-    # float16's measurement joins bfloat16's; a steady state the run did not reach leaves the whole run's rate
-    late = Figures(steady=float("nan"), whole_run=6.0, updates_per_s=float("nan"), busy=0.2, peak_memory_gib=9.0,
-                   tflops=float("nan"))  # fmt: skip
-    write_rates(path, "H100", "NVIDIA H100 80GB HBM3", {"float16": {"sac+her": late}}, command, "N.")
+    # a steady state the run did not reach leaves the whole run's rate; measuring a setting again replaces it
+    late = {("SAC-GLAM+HER", "captured"): Figures(steady=float("nan"), whole_run=6.0, updates_per_s=float("nan"))}
+    write_rates(path, "H100", "NVIDIA H100 80GB HBM3", "bfloat16", late, command)
     measurements = yaml.safe_load(path.read_text())["measurements"]
-    assert [m["dtype"] for m in measurements] == ["bfloat16", "float16"]
+    assert [m["ranks_per_gpu"] for m in measurements] == [4, 1]
     assert measurements[1]["env_steps_per_s"] == {"sac+her": {"steady": None, "whole_run": 6.0}}
-    # measuring bfloat16 again replaces its measurement
-    write_rates(path, "H100", "NVIDIA H100 80GB HBM3", {"bfloat16": {"sac+her": late}}, command, "N.")
-    measurements = yaml.safe_load(path.read_text())["measurements"]
-    assert [m["dtype"] for m in measurements] == ["float16", "bfloat16"]
-    her = next(run for run in runs if run.variant == "SAC-GLAM+HER")
+    her = next(run for run in main if run.variant == "SAC-GLAM+HER")
     rate, source = budgeting.load_calibration(table, tmp_path / "results").rate(her.config, "H100")
     assert rate == pytest.approx(6.0 * 3600) and source == f"gpu_check measured {today}, whole run"

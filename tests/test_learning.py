@@ -36,7 +36,7 @@ def test_sac_her_rises_clearly_above_the_random_policy(tmp_path, tiny_models):
             "eval": {"every_steps": 3200, "episodes_per_type": 32, "test_episodes": 32},
         }
     )
-    random_success = evaluate(random_policy(seed=0), config, Ranks())["eval_success"]
+    random_success = evaluate(lambda: random_policy(seed=0), config, Ranks())["eval_success"]
     assert Trainer(config).run() == 0
     with (tmp_path / "run" / "metrics.csv").open() as f:
         rows = list(csv.DictReader(f))

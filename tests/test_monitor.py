@@ -18,8 +18,8 @@ from sacglam_core.algos.stats import UpdateStats
 
 TRAIN = [sys.executable, "-m", "sacglam_core.train"]
 
-# With these settings SAC checkpoints at 48, 80, 112, ... (every 4 updates): the first falls between two training
-# points (every 40 steps), the second on a training point and an evaluation (every 80 steps).
+# With these settings SAC checkpoints at 64, 96, 128, 160, ... (every 4 updates): 64 falls between two training points
+# (every 40 steps), 160 on a training point and an evaluation (every 80 steps).
 SAC_HER = {
     "algorithm": "sac",
     "sac": {"batch_size": 16, "update_every": 16, "critic": {"input": "decoded_action", "hidden_units": 32}},
@@ -109,7 +109,7 @@ def test_killed_before_the_first_checkpoint_and_started_afresh(tmp_path, tiny_mo
 
 
 @pytest.mark.parametrize(
-    "checkpoint", [48, 80], ids=["between-training-points", "on-a-training-point-and-an-evaluation"]
+    "checkpoint", [64, 160], ids=["between-training-points", "on-a-training-point-and-an-evaluation"]
 )
 def test_killed_just_after_a_checkpoint_and_resumed(tmp_path, tiny_models, reference, checkpoint):
     config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], **SAC_HER)
@@ -126,10 +126,10 @@ def test_resuming_a_checkpoint_without_the_monitors_state(tmp_path, tiny_models,
     """A checkpoint from before the monitor's state and the shown statistics were kept resumes as before (training
     points may differ from the uninterrupted run's), with one point per step and the same evaluations."""
     config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], **SAC_HER)
-    manifest = tmp_path / "out" / "checkpoints" / "ckpt-000000080.json"
+    manifest = tmp_path / "out" / "checkpoints" / "ckpt-000000096.json"
     kill_when(config, manifest.exists)
     for later in manifest.parent.glob("ckpt-*"):  # written meanwhile if this machine stalled the test
-        if int(later.name.split(".")[0].split("-")[1]) > 80:
+        if int(later.name.split(".")[0].split("-")[1]) > 96:
             later.unlink()
     local = manifest.with_suffix(".rank0.pt")
     state = torch.load(local, weights_only=True)
@@ -139,7 +139,7 @@ def test_resuming_a_checkpoint_without_the_monitors_state(tmp_path, tiny_models,
     listing = json.loads(manifest.read_text())
     listing["files"][local.name] = hashlib.sha256(local.read_bytes()).hexdigest()
     manifest.write_text(json.dumps(listing))
-    assert "resumed at 80 environment steps" in train(config)
+    assert "resumed at 96 environment steps" in train(config)
     shown, expected = assert_one_point_per_step(tmp_path / "out"), scalars(reference["sac_her"])
     assert {tag: p for tag, p in shown.items() if tag.startswith("eval/")} == {
         tag: p for tag, p in expected.items() if tag.startswith("eval/")

@@ -4,6 +4,7 @@ import csv
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import platform
 import re
@@ -130,6 +131,18 @@ def test_resume_equals_uninterrupted_run(tmp_path, tiny_models, reference, name,
     second = train(config)
     assert second.returncode == 0 and "resumed at 200" in second.stderr
     assert without_timing(rows(tmp_path / "out")) == without_timing(rows(reference[name]))
+
+
+@pytest.mark.parametrize("settings", [SAC_HER_LP, PPO_CLIP_HER], ids=["sac_lp", "ppo"])
+def test_ranks_held_by_one_process_resume_as_an_uninterrupted_run(tmp_path, tiny_models, settings):
+    """Every rank's environments, open episodes, goal sampler, replay buffer or rollout and random streams are
+    checkpointed and restored: stopped and resumed, two ranks in one process give the uninterrupted run's numbers."""
+    whole = write_config(tmp_path / "whole" / "run.yaml", tiny_models["tiny-t5"], total_steps=256, ranks=2, **settings)
+    train(whole)
+    config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], total_steps=256, ranks=2, **settings)
+    assert train(config, "--stop-at-steps", "136").returncode == 75
+    assert "resumed at 136" in train(config).stderr
+    assert without_timing(rows(tmp_path / "out")) == without_timing(rows(tmp_path / "whole" / "out"))
 
 
 def test_sigterm_checkpoints_and_resume_matches(tmp_path, tiny_models, reference):
@@ -483,7 +496,44 @@ def test_two_ranks_on_gloo_stay_in_sync(tmp_path, tiny_models, settings):
             torch.load(tmp_path / "out" / "checkpoints" / f"ckpt-000000128.rank{r}.pt", weights_only=True)["algo"]
             for r in (0, 1)
         ]
-        assert [b["buffer"]["size"] for b in buffers] == [33, 32]  # full: each rank added far more than its share
+        assert [b["buffers"][0]["size"] for b in buffers] == [33, 32]  # full: each rank added far more than its share
+
+
+@pytest.mark.parametrize("settings", [SAC_HER, PPO_CLIP_HER], ids=["sac", "ppo"])
+def test_two_ranks_held_by_one_process_train_as_two_processes_on_gloo(tmp_path, tiny_models, settings):
+    """`ranks: 2` in one process: each rank's environments, replay buffer and random streams as a process of its
+    own would have them, their batches in the same passes. Against the same two ranks as two processes on gloo, the
+    same metrics and the same trained weights, within float tolerance (the passes add in another order)."""
+    together = write_config(tmp_path / "one.yaml", tiny_models["tiny-t5"], total_steps=128, ranks=2, **settings)
+    train(together)
+    apart = write_config(tmp_path / "two.yaml", tiny_models["tiny-t5"], total_steps=128, **settings)
+    apart.write_text(apart.read_text().replace(str(tmp_path / "out"), str(tmp_path / "apart")))
+    launcher = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+    ]
+    result = subprocess.run(
+        [*launcher, "-m", "sacglam_core.train", "--config", str(apart)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    one, two = without_timing(rows(tmp_path / "out")), without_timing(rows(tmp_path / "apart"))
+    assert int(one[-1]["updates"]) > 0 and [r["env_steps"] for r in one] == [r["env_steps"] for r in two]
+    for a, b in zip(one, two):
+        for column in a:
+            x, y = float(a[column] or "nan"), float(b[column] or "nan")
+            assert (math.isnan(x) and math.isnan(y)) or math.isclose(x, y, rel_tol=1e-3, abs_tol=1e-5), (column, x, y)
+    done = [json.loads((tmp_path / folder / "done.json").read_text()) for folder in ("out", "apart")]
+    assert done[0]["world"] == 1 and done[1]["world"] == 2
+    assert math.isclose(done[0]["weight_checksums"][0], done[1]["weight_checksums"][0], rel_tol=1e-5)
 
 
 def test_a_trainer_that_has_ended_ignores_slurms_signals_while_it_exits(reference):

@@ -299,34 +299,42 @@ def test_dry_run_of_the_paper_grid_lists_every_run_and_the_budget(tmp_path, clus
     print(f"dry run of the paper grid: {seconds:.1f} s (with import profiling)")
 
 
-def test_a_dry_run_on_h100s_prices_the_paper_grid_from_gpu_checks_measurement(tmp_path):
-    """budget.gpu: H100 in a copied cluster profile: the runs are priced from what gpu_check measured on an H100
-    (workflow/config/gpu_rates/H100.yaml), and the budget says so; a malformed rates file is one error line."""
+def test_a_dry_run_on_h200s_prices_the_paper_grid_from_gpu_checks_measurement_and_the_gpus_runs_use(tmp_path):
+    """budget.gpu: H200 in a copied cluster profile: the runs are priced from what gpu_check measured on an H200
+    (workflow/config/gpu_rates/H200.yaml), with the paper's 4 ranks a GPU each (gpus_per_node: 4) or on one GPU
+    (gpus_per_node: 1), and the budget says so; a malformed rates file is one error line."""
     from conftest import copy_cluster_profile
 
-    profile = copy_cluster_profile(tmp_path, budget={"gpu": "H100"})
     config = ["--config", f"experiments={json.dumps(PAPER)}", f"results={tmp_path / 'results'}"]
     env = no_torch_environment(tmp_path)  # as on a driver-only install
-    result = snakemake("--profile", str(profile), "-n", "--quiet", "rules", *config, env=env)
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out[-3000:]
-    # experiment main: 4 seeds of 4 GPUs, hours per run, attempts, GPU-hours, and where they come from
-    assert re.search(r"^    PPO-GLAM +4  new +4 +3\.1 +1 +49\.4  gpu_check measured 2026-11-25, whole run$", out, re.M)
+    outs = {}
+    for gpus in (4, 1):
+        profile = copy_cluster_profile(tmp_path / str(gpus), budget={"gpu": "H200"}, gpus_per_node=gpus)
+        result = snakemake("--profile", str(profile), "-n", "--quiet", "rules", *config, env=env)
+        outs[gpus] = result.stdout + result.stderr
+        assert result.returncode == 0, outs[gpus][-3000:]
+    # experiment main: 4 seeds, GPUs per run, hours per run, attempts, GPU-hours, and where they come from
+    assert re.search(r"^    SAC-GLAM\+HER +4  new +4 +2\.8 +1 +44\.1  gpu_check measured 2026-11-27$", outs[4], re.M)
+    assert re.search(r"^    SAC-GLAM\+HER +4  new +1 +3\.7 +1 +14\.7  gpu_check measured 2026-11-27$", outs[1], re.M)
     assert re.search(
-        r"^    SAC-GLAM\+HER +4  new +4 +4\.9 +1 +78\.0  gpu_check measured 2026-11-25, whole run$", out, re.M
+        r"^    PPO-GLAM +4  new +1 +1\.7 +1 +6\.8  gpu_check measured 2026-11-27, one rank per GPU's for 4$",
+        outs[1],
+        re.M,
     )
-    assert "  gpu_check measured <date>: one rank's environment steps/s on this GPU type" in out
-    assert out.count("total: 66 runs to train, 807.0 GPU-hours planned") == 2 and "peak-ratio" not in out
-    # the same dry run with a calibration table whose H100 file lost its date
+    assert "  gpu_check measured <date>: one process's environment steps/s on a GPU" in outs[1]
+    assert outs[4].count("total: 66 runs to train, 361.3 GPU-hours planned") == 2 and "peak-ratio" not in outs[4]
+    assert outs[1].count("total: 66 runs to train, 140.9 GPU-hours planned") == 2
+    profile = copy_cluster_profile(tmp_path, budget={"gpu": "H200"})
+    # the same dry run with a calibration table whose H200 file lost a date
     table = tmp_path / "calibration.yaml"
     table.write_text((ROOT / "workflow" / "config" / "calibration.yaml").read_text())
     (tmp_path / "gpu_rates").mkdir()
-    rates = (ROOT / "workflow" / "config" / "gpu_rates" / "H100.yaml").read_text()
-    (tmp_path / "gpu_rates" / "H100.yaml").write_text(rates.replace("  date: 2026-11-25\n", ""))
+    rates = (ROOT / "workflow" / "config" / "gpu_rates" / "H200.yaml").read_text()
+    (tmp_path / "gpu_rates" / "H200.yaml").write_text(rates.replace("  date: 2026-11-27\n", "", 1))
     bad = snakemake("--profile", str(profile), "-n", *config, f"budget={{calibration: {table}}}", env=env)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines()[-1] == (
-        f"error: {tmp_path}/gpu_rates/H100.yaml: measurements.0.date: Field required"
+        f"error: {tmp_path}/gpu_rates/H200.yaml: measurements.0.date: Field required"
     )
 
 

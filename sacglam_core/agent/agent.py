@@ -16,7 +16,7 @@ from sacglam_core.agent.lm import GlamLM, LMOutput
 from sacglam_core.agent.policy import CandidateDistribution
 from sacglam_core.agent.static import Graphs, Outputs, stage
 from sacglam_core.agent.tokens import PromptTokens
-from sacglam_core.config import CriticConfig, ModelConfig
+from sacglam_core.config import CriticConfig, ModelConfig, RunConfig
 from sacglam_core.models.loading import load_model, load_tokenizer, resolve_dtype
 
 
@@ -26,6 +26,12 @@ class AgentConfig:
     critic: CriticConfig | None = None  # SAC
     value_head: bool = False  # PPO
     max_candidates: int | None = None  # the environment's largest candidate set: every batch's candidate slots
+
+    @classmethod
+    def of_run(cls, config: RunConfig) -> AgentConfig:
+        """The agent a run trains (or evaluates): SAC's critic or PPO's value head, batches in its static shapes."""
+        sac = config.algorithm == "sac"
+        return cls(config.model, config.sac.critic if sac else None, not sac, config.env.max_candidates)
 
 
 class GlamAgent(nn.Module):

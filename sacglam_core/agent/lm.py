@@ -341,6 +341,12 @@ class GlamLM(nn.Module):
         return torch.stack(scores)
 
 
+def compile_seconds() -> float:
+    """Seconds this process has spent compiling with torch.compile (`model.compile`), cache hits included."""
+    headers, rows = torch._dynamo.utils.compile_times(repr="csv", aggregate=True)
+    return float(dict(zip(headers, rows)).get("_compile.compile_inner", 0.0))
+
+
 @torch.no_grad()
 def polyak(sources: list[torch.Tensor], targets: list[torch.Tensor], tau: float) -> None:
     """targets <- tau * sources + (1 - tau) * targets, in one call for all of them."""

@@ -36,14 +36,21 @@ class CandidateDistribution:
         """KL(self || other) per prompt, over the same candidates."""
         return (self.probs * (self.log_probs - other.log_probs)).sum(1)
 
-    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
+    def sample(self, generator: torch.Generator | list[torch.Generator] | None = None) -> torch.Tensor:
         """One candidate column per prompt, drawn and returned where `generator` lives (the trainer's and the
         evaluation's are CPU generators, so a run draws the same actions on a GPU as on a CPU, and the host has
-        its choices without a second read)."""
-        probs = self.probs.float()
-        if generator is not None:
-            probs = probs.to(generator.device)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        its choices without a second read). One uniform number per prompt against the cumulative probabilities:
+        the draw does not depend on how many empty slots pad the candidates (`torch.multinomial` draws one number
+        per column). A list of generators draws equal consecutive shares of the prompts, one each (each data-parallel
+        rank's environments with the rank's own)."""
+        generators = generator if isinstance(generator, list) else [generator]
+        device = generators[0].device if generators[0] is not None else self.mask.device
+        probs = self.probs.to(device, torch.float64)
+        cumulative = probs.cumsum(1)
+        share = len(probs) // len(generators)
+        uniform = torch.cat([torch.rand(share, 1, generator=g, device=device, dtype=torch.float64) for g in generators])
+        choice = (cumulative < uniform * cumulative[:, -1:]).sum(1)
+        return torch.minimum(choice, self.mask.to(device).sum(1) - 1)  # never an empty slot, whatever the rounding
 
     def greedy(self) -> torch.Tensor:
         return self.log_probs.masked_fill(~self.mask, float("-inf")).argmax(1)

@@ -3,7 +3,7 @@
 A causal LM scores A actions of B prompts by running each prompt once and letting its actions attend to
 the prompt's key/value cache. Handing that cache to the model's usual attention means expanding it to
 one row per action and concatenating the action's own keys to it: two copies of [A, heads, prompt, d]
-per layer, forward and backward, which was 30% of a mini SAC update (`profile_run --ops`). Here the
+per layer, forward and backward, which was 30% of a mini SAC update (torch.profiler's operator table). Here the
 softmax runs over both parts at once instead: the queries of each prompt's actions are laid out side by
 side, [B, heads, candidates * action_len, d], so that one batched product reads each prompt's keys
 once; the actions' own causal part is a small [A, heads, action_len, action_len] product. Only scores

@@ -111,8 +111,19 @@ def weights(size: int, real: int) -> np.ndarray:
 
 
 def weighted_mean(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """The mean of x over the real entries of a padded chunk."""
+    """The mean of x weighted by `weight` (over the real entries of a padded chunk, each rank's alike)."""
     return (x * weight).sum() / weight.sum()
+
+
+def normalized(advantages: torch.Tensor, real: torch.Tensor, group: torch.Tensor, groups: int) -> torch.Tensor:
+    """Each rank's minibatch of advantages standardised by its own mean and unbiased standard deviation (torch.std's),
+    over its real rows; a rank's minibatch of one row is left as it is."""
+    member = torch.nn.functional.one_hot(group, groups).to(advantages.dtype) * real[:, None]  # [rows, ranks]
+    count = member.sum(0)
+    mean = (member * advantages[:, None]).sum(0) / count.clamp(min=1)
+    centred = advantages - mean[group]
+    std = ((member * centred[:, None].square()).sum(0) / (count - 1).clamp(min=1)).sqrt()
+    return torch.where(count[group] > 1, centred / (std[group] + 1e-8), advantages)
 
 
 @dataclass
@@ -136,17 +147,17 @@ class PPO:
         self.params = agent.lm.parameters_of(DEFAULT) + list(agent.value_head.parameters())
         self.optimizer = adam(self.params, self.cfg.lr)
         self.scaler = grad_scaler(agent)
-        self.generator = torch.Generator().manual_seed(config.seed * 1000 + ranks.rank)
+        self.generators = [torch.Generator().manual_seed(config.seed * 1000 + rank) for rank in ranks.held]
         self.updates = 0
-        self.segments: list[Episode] = []
+        self.segments: list[list[Episode]] = [[] for _ in ranks.held]  # each rank's, since its last update
         self._action_tokens = [agent.tokens.action(a) for a in ACTION_VOCABULARY]
         self.stats = UpdateStats()
 
     # -- acting ----------------------------------------------------------------------------------
-    def act(self, batch: HostBatch, generator: torch.Generator) -> tuple[list[int], dict[str, list]]:
+    def act(self, batch: HostBatch, generators: list[torch.Generator]) -> tuple[list[int], dict[str, list]]:
         out = self.agent.run("act-ppo", self._acting_pass, {"states": batch})
         policy = CandidateDistribution(out["log_probs"], out["mask"])
-        choice = policy.sample(generator).tolist()
+        choice = policy.sample(generators).tolist()
         # one read of what the rollout keeps: each prompt's value and log-probabilities
         host = torch.cat([out["value"].float()[:, None], out["log_probs"].float()], 1).cpu().numpy()
         log_probs = host[:, 1:]
@@ -161,25 +172,32 @@ class PPO:
         policy, out = self.agent.policy(batches["states"], hidden=True)
         return {"log_probs": policy.log_probs, "mask": policy.mask, "value": self.agent.value(out)}
 
-    def add(self, episode: Episode) -> None:
-        self.segments.append(episode)
+    def add(self, episode: Episode, shard: int = 0) -> None:
+        """A finished episode of the `shard`-th rank this process holds."""
+        self.segments[shard].append(episode)
 
     def update_due(self, env_steps: int) -> bool:
         return env_steps % self.cfg.rollout_steps == 0
 
     # -- learning --------------------------------------------------------------------------------
-    def update(self, recorder: EpisodeRecorder, env_steps: int) -> None:
-        segments, self.segments = self.segments + recorder.cut(), []
+    def update(self, recorders: list[EpisodeRecorder], env_steps: int) -> None:
+        """Each rank's rollout (its segments and those its recorder cuts open) in minibatches of its own, shuffled by
+        its own generator; the ranks' k-th minibatches make one step together."""
+        segments = [own + recorder.cut() for own, recorder in zip(self.segments, recorders)]
+        self.segments = [[] for _ in segments]
         data = self._transitions(segments)
-        local = len(data)
-        per_batch = max(1, math.ceil(local / self.minibatches))
+        per_batch = [max(1, math.ceil(len(d) / self.minibatches)) for d in data]
         for _ in range(self.cfg.epochs):
-            order = torch.randperm(local, generator=self.generator).tolist()
+            orders = [torch.randperm(len(d), generator=g).tolist() for d, g in zip(data, self.generators)]
             for k in range(self.minibatches):  # the same number of steps on every rank
-                chunk = [data[i] for i in order[k * per_batch : (k + 1) * per_batch]] or [data[order[0]]]
-                self._minibatch_step(chunk)
+                self._minibatch_step(
+                    [
+                        [d[i] for i in order[k * n : (k + 1) * n]] or [d[order[0]]]
+                        for d, order, n in zip(data, orders, per_batch)
+                    ]
+                )
         if self.config.monitor.policy_kl_every:
-            self._policy_kl([t for t in data if not t.relabelled])
+            self._policy_kl([t for d in data for t in d if not t.relabelled])
         self.updates += 1
 
     def _policy_kl(self, data: list[Transition]) -> None:
@@ -211,19 +229,22 @@ class PPO:
             [list(t.candidates) for t in chunk],
         )
 
-    def _transitions(self, segments: list[Episode]) -> list[Transition]:
-        """Original segments and, with HER, their relabelled copies, with advantages and returns."""
+    def _transitions(self, segments: list[list[Episode]]) -> list[list[Transition]]:
+        """Each rank's original segments and, with HER, their relabelled copies, with advantages and returns (the
+        states of all ranks scored together)."""
         her = self.config.her
-        pieces = []  # (segment, whether it is a relabelled copy)
-        for segment in segments:
-            pieces.append((segment, False))
-            if her.enabled:
-                pieces += [(copy, True) for copy in relabelled(segment, aligned_only=her.aligned_only)]
-        data: list[Transition] = []
-        for (segment, relabel), (prompts, values, logp) in zip(pieces, self._score_states(pieces)):
-            data += self._segment_transitions(segment, relabel, prompts, values, logp)
-        original = sum(s.length for s in segments)
-        self.stats.add(her_share=(len(data) - original) / max(len(data), 1))
+        pieces = []  # (rank, segment, whether it is a relabelled copy)
+        for shard, own in enumerate(segments):
+            for segment in own:
+                pieces.append((shard, segment, False))
+                if her.enabled:
+                    pieces += [(shard, copy, True) for copy in relabelled(segment, aligned_only=her.aligned_only)]
+        data: list[list[Transition]] = [[] for _ in segments]
+        scored = self._score_states([(segment, relabel) for _, segment, relabel in pieces])
+        for (shard, segment, relabel), (prompts, values, logp) in zip(pieces, scored):
+            data[shard] += self._segment_transitions(segment, relabel, prompts, values, logp)
+        shares = [(len(d) - sum(s.length for s in own)) / max(len(d), 1) for own, d in zip(segments, data)]
+        self.stats.add(her_share=sum(shares) / len(shares))  # the mean of the ranks' shares
         return data
 
     @torch.no_grad()
@@ -303,11 +324,18 @@ class PPO:
             )
         return transitions
 
-    def _minibatch_step(self, chunk: list[Transition]) -> None:
-        """One gradient step on a minibatch, padded to a multiple of a quarter minibatch with copies that weigh 0."""
+    def _minibatch_step(self, chunks: list[list[Transition]]) -> None:
+        """One gradient step on the ranks' minibatches together: each row weighs 1 / (ranks x its rank's rows), so
+        that the loss is the mean of the ranks' means, and the rows are padded to a multiple of a quarter minibatch
+        with copies that weigh 0."""
         cfg = self.cfg
+        chunk = [t for c in chunks for t in c]
         real = len(chunk)
         chunk = padded(chunk, max(1, cfg.minibatch_size // 4))
+        share = np.concatenate(
+            [np.full(len(c), 1 / (len(chunks) * len(c))) for c in chunks] + [np.zeros(len(chunk) - real)]
+        )
+        group = np.concatenate([np.full(len(c), k) for k, c in enumerate(chunks)] + [np.zeros(len(chunk) - real)])
         states = self._states(chunk)
         before = np.zeros(states.arrays["candidate_mask"].shape, dtype=np.float32)
         if cfg.loss == "kl":
@@ -322,26 +350,29 @@ class PPO:
             "ret": column("ret"),
             "old_value": column("old_value"),
             "before": before,
-            "weight": weights(len(chunk), real),
+            "weight": share.astype(np.float32),
+            "real": weights(len(chunk), real),
+            "group": group.astype(np.int64),
         }
-        normalize = cfg.normalize_advantages and real > 1
+        normalize = cfg.normalize_advantages
+        groups = len(chunks)
         stats = self.agent.run(
-            "ppo", lambda b, t: self._learn(b["states"], t, normalize), {"states": states}, arrays, (normalize,)
+            "ppo", lambda b, t: self._learn(b["states"], t, normalize, groups), {"states": states}, arrays, (normalize,)
         )
         self.stats.add(**stats)
 
-    def _learn(self, batch: CandidateBatch, rows: dict[str, torch.Tensor], normalize: bool) -> dict[str, torch.Tensor]:
+    def _learn(
+        self, batch: CandidateBatch, rows: dict[str, torch.Tensor], normalize: bool, groups: int
+    ) -> dict[str, torch.Tensor]:
         """One gradient step on staged tensors, device work alone (a captured graph on a GPU); its statistics. Means
-        are over the real rows (`rows["weight"]`)."""
+        weigh the rows by `rows["weight"]` (the mean of the ranks' means over their real rows)."""
         cfg, agent, weight = self.cfg, self.agent, rows["weight"]
         mean = lambda x: weighted_mean(x, weight)  # noqa: E731
         policy, out = agent.policy(batch, hidden=True)
         logp = policy.log_probs.gather(1, rows["action"][:, None]).squeeze(1)
         advantages = rows["advantage"]
         if normalize:
-            centred = advantages - mean(advantages)
-            std = ((centred.square() * weight).sum() / (weight.sum() - 1)).sqrt()  # torch.std's unbiased estimate
-            advantages = centred / (std + 1e-8)
+            advantages = normalized(advantages, rows["real"], rows["group"], groups)
         ratio = torch.exp(logp - rows["old_logp"])
         stats = {}
         if cfg.loss == "clip":
@@ -387,12 +418,15 @@ class PPO:
 
     def local_state_dict(self) -> dict:
         return {
-            "generator": self.generator.get_state(),
-            "segments": [e.state_dict() for e in self.segments],
+            "generators": [g.get_state() for g in self.generators],
+            "segments": [[e.state_dict() for e in own] for own in self.segments],
             "stats": self.stats.state_dict(),
         }
 
     def load_local_state_dict(self, state: dict) -> None:
-        self.generator.set_state(state["generator"])
+        if "generator" in state:  # one rank's, from before ranks were held
+            state = {**state, "generators": [state["generator"]], "segments": [state["segments"]]}
+        for generator, generator_state in zip(self.generators, state["generators"], strict=True):
+            generator.set_state(generator_state)
         self.stats.load_state_dict(state["stats"])
-        self.segments = [Episode.from_state_dict(s) for s in state["segments"]]
+        self.segments = [[Episode.from_state_dict(s) for s in own] for own in state["segments"]]

@@ -79,17 +79,24 @@ def alpha_loss(log_alpha: torch.Tensor, policy: CandidateDistribution, target_en
     return (probs * (-log_alpha.exp() * (log_probs + target_entropy))).sum(1).mean()
 
 
+def _concatenate(parts: list) -> list | np.ndarray:
+    return [x for part in parts for x in part] if isinstance(parts[0], list) else np.concatenate(parts)
+
+
 class SAC:
     def __init__(self, agent: GlamAgent, config: RunConfig, ranks: Ranks, goal_type_prior: np.ndarray) -> None:
         self.agent, self.config, self.cfg, self.ranks = agent, config, config.sac, ranks
-        self.batch_size = max(1, self.cfg.batch_size // ranks.world)  # the global batch is split across ranks
-        self.buffer = ReplayBuffer(  # buffer_size is the run's capacity; this rank holds its share
-            ranks.share(self.cfg.buffer_size),
-            self.cfg.n_step,
-            self.cfg.gamma,
-            goal_type_prior,
-            seed=config.seed * 1000 + ranks.rank,
-        )
+        self.batch_size = max(1, self.cfg.batch_size // ranks.total)  # each rank's share of the global batch
+        self.buffers = [  # buffer_size is the run's capacity; each rank holds its share, of its own environments
+            ReplayBuffer(
+                ranks.share(self.cfg.buffer_size, rank),
+                self.cfg.n_step,
+                self.cfg.gamma,
+                goal_type_prior,
+                seed=config.seed * 1000 + rank,
+            )
+            for rank in ranks.held
+        ]
         self.actor_params = agent.lm.parameters_of(DEFAULT)
         self.critic_params = list(agent.critic.head.parameters()) + agent.critic.trainable_lm_parameters(agent.lm)
         self.actor_optimizer = adam(self.actor_params, self.cfg.actor_lr)
@@ -113,34 +120,39 @@ class SAC:
         return float(self.log_alpha.detach().exp())
 
     # -- acting and data -------------------------------------------------------------------------
-    def act(self, batch: HostBatch, generator: torch.Generator) -> tuple[list[int], dict[str, list]]:
-        return self.agent.acting_policy(batch).sample(generator).tolist(), {}
+    def act(self, batch: HostBatch, generators: list[torch.Generator]) -> tuple[list[int], dict[str, list]]:
+        return self.agent.acting_policy(batch).sample(generators).tolist(), {}
 
-    def add(self, episode: Episode) -> None:
-        """A finished episode, and its hindsight copies when HER is on, enter the replay buffer."""
-        self.buffer.add_episode(episode, her=False)
+    def add(self, episode: Episode, shard: int = 0) -> None:
+        """A finished episode of the `shard`-th rank this process holds, and its hindsight copies when HER is on,
+        enter that rank's replay buffer."""
+        buffer = self.buffers[shard]
+        buffer.add_episode(episode, her=False)
         if self.config.her.enabled:
             for copy in relabelled(episode):
-                self.buffer.add_episode(copy, her=True)
+                buffer.add_episode(copy, her=True)
 
     def update_due(self, env_steps: int) -> bool:
         if env_steps % self.cfg.update_every or env_steps < self.cfg.learning_starts:
             return False
-        return self.ranks.all(len(self.buffer) >= self.batch_size)  # every rank's buffer must hold a batch
+        return self.ranks.all(all(len(b) >= self.batch_size for b in self.buffers))  # every rank's holds a batch
 
-    def update(self, recorder: EpisodeRecorder, env_steps: int) -> None:
+    def update(self, recorders: list[EpisodeRecorder], env_steps: int) -> None:
         """One cycle of `updates_per_cycle` gradient updates."""
         for _ in range(self.cfg.updates_per_cycle):
             self._update(env_steps)
 
-    def _batches(self, index: np.ndarray) -> tuple[dict[str, HostBatch], dict[str, np.ndarray]]:
+    def _batches(self, indices: list[np.ndarray]) -> tuple[dict[str, HostBatch], dict[str, np.ndarray]]:
         """The taken actions and all candidates at s_t, all candidates at s_{t+n} of the rows that bootstrap, and
-        the rows' rewards and discounts. The rows that bootstrap come first; a row whose n steps end the episode has
+        the rows' rewards and discounts, of the rows `indices` of each rank's buffer, together (each rank's
+        share of the batch is the same size, so the mean over the rows is the mean of the ranks' means). The rows
+        that bootstrap come first; a row whose n steps end the episode has
         discount 0, its target is the reward alone and s_{t+n} need not go through the LLM (HER's copies end in
         success, so they are often most of a batch). The s_{t+n} batch holds them padded to half or all of the
         batch with copies of its first row, so that its passes have one of two shapes (or none when no row
         bootstraps)."""
-        rows = self.buffer.rows(index)
+        parts = [buffer.rows(index) for buffer, index in zip(self.buffers, indices)]
+        rows = {k: _concatenate([part[k] for part in parts]) for k in parts[0]}
         order = np.argsort(rows["discount"] <= 0, kind="stable")
         rows = {k: [v[i] for i in order] if isinstance(v, list) else v[order] for k, v in rows.items()}
         agent, tokens, texts = self.agent, self.agent.tokens, goal_table()[0]
@@ -167,12 +179,9 @@ class SAC:
 
     # -- learning --------------------------------------------------------------------------------
     def _update(self, env_steps: int) -> None:
-        index = self.buffer.sample(
-            self.batch_size,
-            self.config.her.sampling if self.config.her.enabled else "uniform",
-            self.config.her.her_fraction,
-        )
-        batches, arrays = self._batches(index)
+        her = self.config.her
+        strategy = her.sampling if her.enabled else "uniform"
+        batches, arrays = self._batches([b.sample(self.batch_size, strategy, her.her_fraction) for b in self.buffers])
         every = self.config.monitor.policy_kl_every
         measure = bool(every and self.updates % every == 0)
         warming_up = self.warming_up(env_steps)
@@ -286,7 +295,8 @@ class SAC:
         return self.stats.unseen() | self._current_stats()
 
     def _current_stats(self) -> dict[str, float]:
-        return {"alpha": self.alpha, "her_share": self.buffer.her_share(), "updates": self.updates}
+        her = sum(b.her_share() for b in self.buffers) / len(self.buffers)  # the mean of the ranks' shares
+        return {"alpha": self.alpha, "her_share": her, "updates": self.updates}
 
     # -- checkpointing ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -313,10 +323,12 @@ class SAC:
             scaler.load_state_dict(scaler_state)
 
     def local_state_dict(self) -> dict:
-        """State that differs between ranks: the replay buffer of this rank's environments (and the
+        """State that differs between processes: the replay buffers of its ranks' environments (and the
         statistics gathered since the last metrics row)."""
-        return {"buffer": self.buffer.state_dict(), "stats": self.stats.state_dict()}
+        return {"buffers": [b.state_dict() for b in self.buffers], "stats": self.stats.state_dict()}
 
     def load_local_state_dict(self, state: dict) -> None:
-        self.buffer.load_state_dict(state["buffer"])
+        buffers = state.get("buffers", [state.get("buffer")])  # one buffer: a checkpoint from before ranks were held
+        for buffer, buffer_state in zip(self.buffers, buffers, strict=True):
+            buffer.load_state_dict(buffer_state)
         self.stats.load_state_dict(state["stats"])

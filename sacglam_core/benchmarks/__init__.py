@@ -4,15 +4,12 @@
     scoring_throughput  GLAM scoring, naive against batched; the critic's forward+backward per critic input
     train_throughput    environment steps/s of PPO-GLAM, SAC-GLAM and SAC-GLAM+HER in short runs
     step_cost           FLOPs per environment step at the paper's scale, memory per rank, implied GPU-hours
-    gpu_check           a one-command check of a CUDA machine at the paper's scale, in about 6 minutes on an
-                        H100; writes one rank's measured rates, which the GPU-hour budget prices that GPU from
+    gpu_check           the benchmark of one rank on a CUDA machine at the paper's scale, eager and captured
+                        side by side (steps/s, kernel time and kernels per update, TFLOP/s, memory); writes the
+                        rates the GPU-hour budget prices that GPU from
     precision           the same short run in fp32, bf16 and fp16 (GradScaler), losses side by side
-    profile_run         where a training run's time goes (cProfile; `--ops`: torch operators of an update)
-    hot_loop            one rank's loop at gpu_check's settings by phase: host time, operator calls, host reads
-    census              the CPU census of one rank's hot loop; so far the float32 share of matrix-product FLOPs
-                        under bf16 with 4-bit weights (`--precision`)
-
-                        tests/test_sac_update.py)
+    census              the CPU census of one rank's hot loop: LLM stack forwards per update, distinct shapes,
+                        host traffic inside updates, float32 share of matrix products, graph breaks
 
 One-off studies behind earlier choices live in `sacglam_core.studies` (compare_revisions, final_policies) or
 only in git history (padding, warmup_collapse, sac_update_speed): docs/studies/benchmark-studies.md.

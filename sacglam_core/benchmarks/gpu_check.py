@@ -12,7 +12,7 @@ PPO: 512 steps, 16 epochs of 64), evaluation and checkpoints off, in each mode:
 - `captured`: each kind of pass and update replayed from a CUDA graph (agent/static.py), the default;
 - `compiled`: captured, and each transformer block compiled (`model.compile`).
 Variants: SAC-GLAM+HER with the paper's critic; with the one-pass critic (`decoded_action`, no target LM);
-PPO-GLAM; and the paper's whole run in one process (32 environments, batches of 256, one GPU for the four ranks).
+PPO-GLAM; and SAC-GLAM+HER's four ranks held by one process on one GPU (`ranks: 4`: 32 environments, batches of 256).
 For each run it prints: environment steps/s in steady state (SAC from the middle of its updating steps on, PPO over
 whole rollout+update cycles) and over the whole run; then, over `--profile-steps` more steps under torch.profiler,
 the GPU's kernel time and kernels per update and per environment step, TFLOP/s during kernel time (FLOPs counted
@@ -32,6 +32,7 @@ import argparse
 import contextlib
 import csv
 import datetime
+import gc
 import json
 import math
 import subprocess
@@ -44,6 +45,7 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from sacglam_core.agent.lm import compile_seconds
 from sacglam_core.benchmarks import add_threads_argument, pin_threads, positive
 from sacglam_core.config import RunConfig, parse_config
 from sacglam_core.models.loading import resolve_dtype
@@ -69,11 +71,12 @@ VARIANTS = {  # the paper's run (Tables 1-3, 32 environments, global batch 256) 
         "sac": {**SAC_PER_RANK, "critic": {"input": "decoded_action", "target_lm": False}},
     },
     "PPO-GLAM": {"algorithm": "ppo", "ppo": {"rollout_steps": 512, "epochs": 16, "minibatch_size": 64}},
-    "SAC-GLAM+HER (4 ranks in one process)": {
+    "SAC-GLAM+HER (4 ranks on one GPU)": {
         "algorithm": "sac",
         "her": {"enabled": True},
         "sac": {**SAC_PER_RANK, "update_every": 32, "batch_size": 256},
         "num_envs": 32,
+        "ranks": 4,
     },
 }
 SMALL = {"ppo": {"rollout_steps": 64, "epochs": 2, "minibatch_size": 32}}  # --small: PPO updates within 64 steps
@@ -205,6 +208,7 @@ def train(config: RunConfig, measured: int, profiled: int) -> tuple[Figures | No
     cuda = config.model.device.startswith("cuda")
     if cuda:
         torch.cuda.reset_peak_memory_stats()
+    compiled = compile_seconds()
     trainer = Trainer(config)
     counted = Counted(trainer)
     lora = [p.detach().clone() for p in trainer.agent.lm.parameters_of()]
@@ -239,7 +243,8 @@ def train(config: RunConfig, measured: int, profiled: int) -> tuple[Figures | No
         last = list(csv.DictReader(f))[-1]
     steady, whole_run, updates_per_s = rates([m for m in marks if m.steps <= measured], config.algorithm)
     statistics = {k: float(last[k]) for k in (*LOSSES, "mean_q", "entropy", "alpha") if last.get(k) not in (None, "")}
-    figures = Figures(steady, whole_run, updates_per_s, capture_seconds=trainer.agent.graphs.seconds)
+    spent = trainer.agent.graphs.seconds + compile_seconds() - compiled
+    figures = Figures(steady, whole_run, updates_per_s, capture_seconds=spent)
     figures.statistics = statistics
     if cuda and "wall" in window:
         measured = profile_window(
@@ -254,9 +259,7 @@ def train(config: RunConfig, measured: int, profiled: int) -> tuple[Figures | No
     for loss in LOSSES:
         if last.get(loss) not in (None, "") and not math.isfinite(float(last[loss])):
             failed.append(f"{loss} is {last[loss]}")
-    del trainer  # its graphs' memory, before the next run
-    if cuda:
-        torch.cuda.empty_cache()
+    trainer._step = step  # no cycle keeps the trainer, and its graphs' memory, past the run
     return figures, failed
 
 
@@ -308,30 +311,33 @@ def write_rates(
     def mode_of(variant: str) -> str | None:
         return next((m for m in ("captured", "eager") if (variant, m) in runs), None)
 
-    by_critic: dict[str, dict[str, gpu_rates.Speed]] = {}
-    notes: dict[str, list[str]] = {}
-    for variant in ("SAC-GLAM+HER", "SAC-GLAM+HER (one-pass critic)", "PPO-GLAM"):
+    by_setting: dict[tuple[str, int], dict[str, gpu_rates.Speed]] = {}  # (critic, ranks per GPU) -> speeds
+    notes: dict[tuple[str, int], list[str]] = {}
+    for variant in VARIANTS:
         mode = mode_of(variant)
         if mode is None:
             continue
         f = runs[variant, mode]
-        critic = "decoded_action" if "one-pass" in variant else "obs_action"
+        setting = ("decoded_action" if "one-pass" in variant else "obs_action", VARIANTS[variant].get("ranks", 1))
         key = "ppo" if variant == "PPO-GLAM" else "sac+her"
         steady = None if math.isnan(f.steady) else round(f.steady, 2)
-        by_critic.setdefault(critic, {})[key] = gpu_rates.Speed(steady, round(f.whole_run, 2))
-        notes.setdefault(critic, []).append(
-            f"{variant}, {mode}: {cell(f.tflops, '.3g')} TFLOP/s in kernels, GPU busy {cell(f.busy, '.0%')}, "
+        by_setting.setdefault(setting, {})[key] = gpu_rates.Speed(steady, round(f.whole_run, 2))
+        steadies = ", ".join(f"{m} {cell(runs[variant, m].steady, '.2f')}" for m in MODES if (variant, m) in runs)
+        notes.setdefault(setting, []).append(
+            f"{variant}: steady {steadies}; {mode}: {cell(f.tflops, '.3g')} TFLOP/s in kernels, GPU busy "
+            f"{cell(f.busy, '.0%')}, {cell(f.kernel_ms_per_update, '.0f')} kernel ms per update, "
             f"{cell(f.peak_memory_gib, '.1f')} GiB"
         )
-    for critic in list(by_critic):
-        if "ppo" in by_critic.get("obs_action", {}) and critic != "obs_action":
-            by_critic[critic]["ppo"] = by_critic["obs_action"]["ppo"]  # PPO has no critic: the same run
+    ppo = by_setting.get(("obs_action", 1), {}).get("ppo")
+    if ppo is not None:  # PPO has no critic: the same run prices PPO with the one-pass critic's setting
+        by_setting.get(("decoded_action", 1), {}).setdefault("ppo", ppo)
     measurements = [
         gpu_rates.Measurement(
             dtype=dtype,
             load_in_4bit=True,
             critic=critic,
             env_steps_per_s=speeds,
+            ranks_per_gpu=ranks,
             device_name=device_name,
             date=datetime.date.today(),
             command=command,
@@ -339,13 +345,14 @@ def write_rates(
             torch=torch.__version__,
             transformers=transformers.__version__,
             notes=(
-                "One rank of the paper's run at gpu_check's per-rank settings: 8 environments; SAC-GLAM+HER, 2 "
-                "updates of 64 every 8 steps, warm-up off; PPO-GLAM, 512-step rollouts of 16 epochs of 64; "
-                "Flan-T5-base's shape with random weights, LoRA, 4-bit weights. Steady: SAC from the middle of its "
-                f"updating steps, PPO over whole rollout+update cycles. {'; '.join(notes[critic])}."
+                f"{'One rank' if ranks == 1 else f'{ranks} ranks in one process'} of the paper's run at gpu_check's "
+                "per-rank settings: 8 environments a rank; SAC-GLAM+HER, 2 updates of 64 a rank every 8 steps a rank, "
+                "warm-up off; PPO-GLAM, 512-step rollouts of 16 epochs of 64; Flan-T5-base's shape with random "
+                "weights, LoRA, 4-bit weights. Steady: SAC from the middle of its updating steps, PPO over whole "
+                f"rollout+update cycles. {'; '.join(notes[critic, ranks])}."
             ),
         )
-        for critic, speeds in by_critic.items()
+        for (critic, ranks), speeds in by_setting.items()
     ]
     return gpu_rates.record(path, gpu, measurements)
 
@@ -418,6 +425,9 @@ def main() -> int:
                 out = Path(tmp) / f"{variant}-{mode}"
                 config = run_config(variant, model, args.device, mode, total, out, args.small)
                 figures, failed = train(config, args.steps - args.steps % envs, args.profile_steps)
+                gc.collect()
+                if cuda:
+                    torch.cuda.empty_cache()
                 failures += [f"{variant}, {mode}: {f}" for f in failed]
                 if figures is not None:
                     runs[variant, mode] = figures

@@ -49,19 +49,21 @@ def score_prompt_repeated(lm: GlamLM, batch) -> torch.Tensor:
     from sacglam_core.agent.lm import _token_logp
 
     model = lm.model
+    owner = torch.arange(batch.num_prompts, device=batch.prompt_ids.device).repeat_interleave(batch.slots)
+    actions, action_mask = batch.action_ids.flatten(0, 1), batch.action_mask.flatten(0, 1)
     if lm.seq2seq:
-        start = torch.full_like(batch.action_ids[:, :1], model.config.decoder_start_token_id)
+        start = torch.full_like(actions[:, :1], model.config.decoder_start_token_id)
         logits = model(
-            input_ids=batch.prompt_ids[batch.owner],
-            attention_mask=batch.prompt_mask[batch.owner],
-            decoder_input_ids=torch.cat([start, batch.action_ids[:, :-1]], 1),
+            input_ids=batch.prompt_ids[owner],
+            attention_mask=batch.prompt_mask[owner],
+            decoder_input_ids=torch.cat([start, actions[:, :-1]], 1),
         ).logits
-        return _token_logp(logits, batch.action_ids, batch.action_mask)
-    ids = torch.cat([batch.prompt_ids[batch.owner], batch.action_ids], 1)
-    mask = torch.cat([batch.prompt_mask[batch.owner], batch.action_mask], 1)
+        return _token_logp(logits, actions, action_mask)
+    ids = torch.cat([batch.prompt_ids[owner], actions], 1)
+    mask = torch.cat([batch.prompt_mask[owner], action_mask], 1)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0)).logits
-    width = batch.action_ids.shape[1]
-    return _token_logp(logits[:, -width - 1 : -1], batch.action_ids, batch.action_mask)
+    width = actions.shape[1]
+    return _token_logp(logits[:, -width - 1 : -1], actions, action_mask)
 
 
 def timed(fn: Callable[[], object], repeats: int, device: str) -> float:
@@ -109,16 +111,13 @@ def bench_model(
     }
     agent = agents["obs_action"]
     batch = sample_batch(agent, prompts)
-    n_actions = len(batch.owner)
+    n_actions = sum(batch.sizes)
     prompt_length = batch.prompt_mask.sum(1).float().mean()
     print(f"  batch: {prompts} prompts (mean length {prompt_length:.0f} tokens), {n_actions} candidate actions")
 
     def naive_scores():
         with torch.no_grad(), autocast:
-            lm.score_naive(
-                batch.prompt_tokens,
-                [[batch.action_tokens[j] for j in range(n_actions) if batch.owner[j] == i] for i in range(prompts)],
-            )
+            lm.score_naive(batch.prompt_tokens, batch.candidate_tokens)
 
     def repeated_scores():
         with torch.no_grad(), autocast:
@@ -154,11 +153,7 @@ def bench_model(
 
     print(f"  critic forward+backward, batch of {critic_batch} transitions (Q of the taken action):")
     big = sample_batch(agent, critic_batch, seed=1)
-    taken = agent.batch_from_ids(
-        big.prompt_tokens,
-        [[big.action_tokens[int(j)]] for j in torch.cumsum(big.counts, 0).cpu() - 1],
-        [[0]] * critic_batch,
-    )
+    taken = agent.batch_from_ids(big.prompt_tokens, [c[-1:] for c in big.candidate_tokens], [[0]] * critic_batch)
     for inp, a in agents.items():
 
         def critic_step(a=a):

@@ -226,13 +226,13 @@ def evaluation_flops(agent: GlamAgent, config: RunConfig) -> float:
             total += measure(lambda: agent.policy(batch)).flops
         return [rng.randrange(len(c)) for c in candidates]
 
-    evaluate(policy, config, Ranks())
+    evaluate(lambda: policy, config, Ranks())
     return total / config.eval.every_steps
 
 
 def update_costs(sac: SAC, index: np.ndarray, alpha: torch.Tensor) -> dict[str, Cost]:
     """One update on the rows `index`: its critic's half and its actor's."""
-    batches, arrays = sac._batches(index)
+    batches, arrays = sac._batches([index])
 
     def critic(b, t):
         return sac._critic_update(b["taken"], b.get("following"), t["reward"], t["discount"], alpha)
@@ -255,7 +255,7 @@ def sac_costs(agent: GlamAgent, config: RunConfig, play: Play, ranks: int, batch
     costs = {k: Cost() for k in ("critic", "actor")}
     alpha = sac.log_alpha.exp().detach()
     for k in range(batches + 1):
-        index = sac.buffer.sample(sac.batch_size, her.sampling if her.enabled else "uniform", her.her_fraction)
+        index = sac.buffers[0].sample(sac.batch_size, her.sampling if her.enabled else "uniform", her.her_fraction)
         measured = update_costs(sac, index, alpha)
         if k == 0:
             continue  # the first update creates Adam's moments: not a steady-state update
@@ -297,8 +297,8 @@ def ppo_costs(agent: GlamAgent, config: RunConfig, play: Play, ranks: int) -> Co
                 agent.value(out)
 
     minibatch = data[: cfg.minibatch_size // ranks]
-    ppo._minibatch_step(minibatch)  # Adam's moments
-    step = measure(lambda: ppo._minibatch_step(minibatch))
+    ppo._minibatch_step([minibatch])  # Adam's moments
+    step = measure(lambda: ppo._minibatch_step([minibatch]))
     minibatches = -(-cfg.rollout_steps // cfg.minibatch_size)
     flops = ranks * (measure(prepare).flops + cfg.epochs * minibatches * step.flops) / cfg.rollout_steps
     return Cost(flops, step.peak_bytes)

@@ -103,15 +103,15 @@ def measure(model: str, experiment: str, episodes_per_type: int, states: int) ->
     goal sensitivity."""
     config = task_config(experiment, model, episodes_per_type)
     greedy = task_config(experiment, model, episodes_per_type, greedy=True)
-    agent = GlamAgent.from_config(AgentConfig(config.model))
+    agent = GlamAgent.from_config(AgentConfig(config.model, max_candidates=config.env.max_candidates))
     goals = catalog()
     rows: dict[str, dict[str, float]] = {}
     for split in ("train", "test"):
         plan = stratified_plan(config, split, episodes_per_type)
         success = {
-            "random": evaluate(random_policy(config.eval.seed), config, Ranks(), plan),
-            "sampled": evaluate(agent_policy(agent, config, 0), config, Ranks(), plan),
-            "greedy": evaluate(agent_policy(agent, greedy, 0), config, Ranks(), plan),
+            "random": evaluate(lambda: random_policy(config.eval.seed), config, Ranks(), plan),
+            "sampled": evaluate(lambda: agent_policy(agent, config, 0), config, Ranks(), plan),
+            "greedy": evaluate(lambda: agent_policy(agent, greedy, 0), config, Ranks(), plan),
         }
         seen = random_play_states(config, split, states, seed=config.eval.seed + (split == "test"))
         per_state = policy_measures(agent, seen, goals.goals(split, config.env.simplified), config.eval.seed)

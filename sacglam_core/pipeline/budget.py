@@ -6,11 +6,14 @@ its remaining steps: all of them when new, those after its newest checkpoint whe
 its done.json exists (only the workflow's marker is missing).
 
 Throughput, in environment steps per GPU-hour, comes from the first of: finished runs (the median of their
-done.json per key: algorithm, model, environment, GPU type); `workflow/config/calibration.yaml`'s keys; what
-gpu_check measured on the GPU type (`gpu_rates/<type>.yaml` beside the table: one rank's steps/s); the paper's
-figure (Appendix C), times the ratio of the GPU's dense peak to the paper's V100's on another type (an upper
-bound on speed). An algorithm that gpu_check or the paper did not measure is scaled from one they did by the
-table's relative costs. Runs without GPUs (the local profile) are measured in steps per hour of one run.
+done.json per key: algorithm, model, environment, GPU type, ranks per GPU); `workflow/config/calibration.yaml`'s
+keys; what gpu_check measured (`gpu_rates/<type>.yaml` beside the table: one process's steps/s on its GPU), on the
+GPU type, else on another that computes in the same dtype, times the ratio of their dense peaks; the paper's figure
+(Appendix C), times the ratio of the GPU's dense peak to the paper's V100's on another type (an upper bound on
+speed). A run prices with the GPUs it uses: one per process, each holding `ranks / GPUs` of its data-parallel ranks
+(`RunConfig.ranks`); without a measurement of that many ranks per GPU, one rank per GPU's rate (a process of several
+ranks is at least as fast). An algorithm that gpu_check or the paper did not measure is scaled from one they did by
+the table's relative costs. Runs without GPUs (the local profile) are measured in steps per hour of one run.
 """
 
 from __future__ import annotations
@@ -37,9 +40,16 @@ def algorithm_key(config: RunConfig) -> str:
     return config.algorithm + ("+her" if config.her.enabled else "")
 
 
-def calibration_key(config: RunConfig, gpu: str) -> str:
+def calibration_key(config: RunConfig, gpu: str, ranks_per_gpu: int = 1) -> str:
     env = "simplified" if config.env.simplified else "full"
-    return f"{algorithm_key(config)}|{Path(config.model.name_or_path).name}|{env}|{gpu}"
+    key = f"{algorithm_key(config)}|{Path(config.model.name_or_path).name}|{env}|{gpu}"
+    return key + (f"|{ranks_per_gpu} ranks per GPU" if ranks_per_gpu > 1 else "")
+
+
+def ranks_per_gpu(config: RunConfig, gpus: int) -> int:
+    """The data-parallel ranks each process of a run holds on its GPU, with `gpus` processes (one GPU each) per run:
+    one, unless the run's `ranks` are more than its GPUs."""
+    return max(1, (config.ranks or gpus) // gpus) if gpus else 1
 
 
 @dataclass(frozen=True)
@@ -95,10 +105,10 @@ class Calibration:
                 return gpu.peak(config)[0]
         return None
 
-    def rate(self, config: RunConfig, gpu: str) -> tuple[float, str]:
-        """Steps per GPU-hour (per hour on a CPU) of `config` on `gpu` (a type, or cpu), and where it comes from (the
-        first source the module's docstring lists that has it)."""
-        key = calibration_key(config, gpu)
+    def rate(self, config: RunConfig, gpu: str, per_gpu: int = 1) -> tuple[float, str]:
+        """Steps per GPU-hour (per hour on a CPU) of `config` on `gpu` (a type, or cpu) with `per_gpu` data-parallel
+        ranks on each GPU, and where it comes from (the first source the module's docstring lists that has it)."""
+        key = calibration_key(config, gpu, per_gpu)
         if key in self.measured:
             return statistics.median(self.measured[key]), f"measured ({len(self.measured[key])} runs)"
         if key in self.seeded:
@@ -108,18 +118,9 @@ class Calibration:
         algorithm = algorithm_key(config)
         cost = self.relative_cost.get(algorithm, 1.0)
         dtype, peak = self.gpus[gpu].peak(config)
-        checked = self.checked[gpu] if gpu in self.checked else None
-        measurement = checked.find(dtype, config.model.load_in_4bit, config.sac.critic.input) if checked else None
-        if measurement:
-            # its own algorithm's speed, else the nearest measured one's (the same without or with HER first)
-            family = algorithm.split("+")[0]
-            measured = min(measurement.env_steps_per_s, key=lambda k: (k != algorithm, k.split("+")[0] != family))
-            per_second, which = measurement.env_steps_per_s[measured].best
-            scale = self.relative_cost.get(measured, 1.0) / cost
-            source = f"{GPU_CHECK} {measurement.date}" + (", whole run" if which == "whole run" else "")
-            if measured != algorithm:
-                source += f", from {measured} x{scale:.2f}"
-            return per_second * 3600 * scale, source  # one rank per GPU: its steps/s are its GPU's steps per 3,600 s
+        checked = self._checked(config, gpu, per_gpu)
+        if checked:
+            return checked
         rate = self.paper.steps_per_gpu_hour / cost
         if gpu != self.paper.gpu or dtype != self.paper.dtype:
             ratio = peak / self.gpus[self.paper.gpu].tflops[self.paper.dtype]
@@ -132,6 +133,44 @@ class Calibration:
         if not paper_setting:
             return rate, "scaled estimate"
         return rate, "paper" if cost == 1.0 else f"paper, {algorithm} x{cost:g}"
+
+    def _checked(self, config: RunConfig, gpu: str, per_gpu: int) -> tuple[float, str] | None:
+        """Steps per GPU-hour from what gpu_check measured: on this GPU type first, else on another that computes the
+        run in the same dtype, scaled by the ratio of their dense peaks; then the run's own algorithm, else the nearest
+        measured one scaled by their relative costs (the same without or with HER first); then as many ranks per GPU,
+        else one per GPU (a process of several ranks is at least as fast: an upper bound on GPU-hours)."""
+        algorithm = algorithm_key(config)
+        family = algorithm.split("+")[0]
+        dtype, peak = self.gpus[gpu].peak(config)
+        found = []
+        for measured_on, rates in self.checked.items():
+            on_dtype, on_peak = self.gpus[measured_on].peak(config) if measured_on in self.gpus else (None, 0.0)
+            if on_dtype != dtype:  # another dtype computes otherwise (float16 is eager and loss-scaled)
+                continue
+            for ranks in dict.fromkeys((per_gpu, 1)):
+                m = rates.find(dtype, config.model.load_in_4bit, config.sac.critic.input, ranks)
+                for measured in m.env_steps_per_s if m else ():
+                    rank = (
+                        measured_on != gpu,
+                        measured != algorithm,
+                        measured.split("+")[0] != family,
+                        ranks != per_gpu,
+                    )
+                    found.append((rank, measured_on, on_peak, measured, ranks, m))
+        if not found:
+            return None
+        _, measured_on, on_peak, measured, ranks, m = min(found, key=lambda f: (f[0], f[1]))
+        per_second, which = m.env_steps_per_s[measured].best
+        relative = self.relative_cost.get(measured, 1.0) / self.relative_cost.get(algorithm, 1.0)
+        source = f"{GPU_CHECK} {m.date}" + (", whole run" if which == "whole run" else "")
+        if measured_on != gpu:
+            source += f", on {measured_on} x{peak / on_peak:.2f} (dense peaks)"
+        if measured != algorithm:
+            source += f", from {measured} x{relative:.2f}"
+        if ranks != per_gpu:
+            source += f", one rank per GPU's for {per_gpu}"
+        # a process per GPU: its steps/s are its GPU's steps per 3,600 s
+        return per_second * 3600 * relative * peak / on_peak, source
 
     def work(self, config: RunConfig) -> float:
         """A run's length in units of the paper's step cost: its steps times its algorithm's relative cost."""
@@ -204,7 +243,7 @@ def finished_runs(results: str | Path, calibration: Calibration) -> list[Finishe
         if summary is None:
             continue  # removed meanwhile
         gpu = calibration.gpu_type(summary.gpu_name) if summary.gpus else "cpu"
-        key = calibration_key(config, gpu)
+        key = calibration_key(config, gpu, ranks_per_gpu(config, summary.gpus))
         out.append(FinishedRun(done.parent, key, summary.env_steps, summary.gpus, summary.wall_seconds / 3600))
     return out
 
@@ -275,7 +314,7 @@ def estimate(
     gpu = gpu_type if gpus else "cpu"
     out = []
     for run in runs:
-        rate, source = calibration.rate(run.config, gpu)
+        rate, source = calibration.rate(run.config, gpu, ranks_per_gpu(run.config, gpus))
         total = run.config.total_steps
         status = runstate.next_launch(run.directory, run.directory in queued)
         progress = runstate.progress(run.directory)
@@ -306,7 +345,7 @@ def spent(results: str | Path, gpu_type: str, calibration: Calibration) -> tuple
         if line is not None and line.gpus == 0:  # trained on CPUs (the local profile's runs share `results`)
             continue
         gpus = progress.world if gpu_type != "cpu" else 0
-        rate, _ = calibration.rate(config, gpu_type if gpus else "cpu")
+        rate, _ = calibration.rate(config, gpu_type if gpus else "cpu", ranks_per_gpu(config, gpus))
         if gpus and math.isfinite(rate):
             partial += progress.steps / rate
     return measured, partial
@@ -378,8 +417,10 @@ def _legend(budget: Budget) -> list[str]:
     ]
     if any(e.source.startswith(GPU_CHECK) for e in budget.estimates):
         lines.append(
-            f"  {GPU_CHECK} <date>: one rank's environment steps/s on this GPU type in the run's dtype and weights "
-            f"at the paper's per-rank settings, measured by `python -m sacglam_core.benchmarks.gpu_check` "
+            f"  {GPU_CHECK} <date>: one process's environment steps/s on a GPU of this type (`on <type> xN`: of "
+            f"another, x the ratio of their dense peaks) in the run's dtype and weights at the paper's per-rank "
+            f"settings, holding as many ranks as the run's processes do (`one rank per GPU's for N`: one, which a "
+            f"process of N is at least as fast as), measured by `python -m sacglam_core.benchmarks.gpu_check` "
             f"({budget.calibration.rates_folder}/<type>.yaml), x3,600 per GPU-hour, for any steps, environment or "
             f"model as the scaled estimate; steady unless marked `whole run` (with the first steps, which only act: "
             f"faster than steady); `from <algorithm> xN`: another algorithm's rate x their relative costs"

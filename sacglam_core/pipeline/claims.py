@@ -30,6 +30,7 @@ import argparse
 import dataclasses
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +59,7 @@ class Claim:
 
 def random_success(config: RunConfig, rounds: int = 10) -> float:
     """Mean evaluation success of the uniform policy over `rounds` of the runs' evaluation plan."""
-    return float(np.mean([evaluate(random_policy(seed), config)["eval_success"] for seed in range(rounds)]))
+    return float(np.mean([evaluate(partial(random_policy, seed), config)["eval_success"] for seed in range(rounds)]))
 
 
 def _mean_std(values: np.ndarray) -> str:

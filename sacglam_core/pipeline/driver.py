@@ -314,7 +314,14 @@ class Driver:
         from sacglam_core.pipeline.launch import trainer_command
 
         settings = self.settings
-        environment = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(Path(settings.hf_cache).resolve())}
+        # One compile cache for the campaign's jobs (`model.compile`): a shape compiles once, not once per job.
+        cache = Path(settings.results).resolve() / ".compile-cache"
+        environment = {
+            "HF_HUB_OFFLINE": "1",
+            "HF_HUB_CACHE": str(Path(settings.hf_cache).resolve()),
+            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+            "TRITON_CACHE_DIR": str(cache / "triton"),
+        }
         data = [Path(settings.results), Path(settings.models), Path(settings.hf_cache)]
         return trainer_command(run.directory, self.launcher, self.repository, data, environment)
 

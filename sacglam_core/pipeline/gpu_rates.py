@@ -2,8 +2,9 @@
 
 One file per type, `gpu_rates/<type>.yaml` beside the calibration table (workflow/config/gpu_rates/H100.yaml), written
 by `python -m sacglam_core.benchmarks.gpu_check` on a GPU of that type, or by hand for a measurement made otherwise.
-It holds measurements of one rank at gpu_check's per-rank settings, one per setting (compute dtype, 4-bit weights or
-not, SAC's critic), each with its environment steps/s per algorithm and where they come from. gpu_check replaces the
+It holds measurements of one process at gpu_check's per-rank settings, one per setting (compute dtype, 4-bit weights or
+not, SAC's critic, data-parallel ranks the process held on its GPU), each with its environment steps/s per algorithm
+and where they come from. gpu_check replaces the
 measurements of the settings it measured and keeps the others.
 """
 
@@ -25,7 +26,7 @@ FOLDER = "gpu_rates"  # beside the calibration table
 Algorithm = Literal["sac", "sac+her", "ppo", "ppo+her"]  # the budget's algorithm keys
 StepsPerSecond = Annotated[float, Field(gt=0)]
 HEADER = (
-    "# One rank's training speed on {gpu}, measured by python -m sacglam_core.benchmarks.gpu_check (or as `notes`\n"
+    "# One process's training speed on {gpu}, measured by python -m sacglam_core.benchmarks.gpu_check (or as `notes`\n"
     "# says). In workflow/config/gpu_rates/, the GPU-hour budget prices runs on {gpu} from it (docs/cluster.md).\n"
 )
 
@@ -64,18 +65,19 @@ class Measurement:
     dtype: Literal["bfloat16", "float16", "float32"]
     load_in_4bit: bool
     critic: Literal["obs_action", "obs", "decoded_action"]  # SAC's sac.critic.input
-    env_steps_per_s: Annotated[dict[Algorithm, Speed], Field(min_length=1)]
+    env_steps_per_s: Annotated[dict[Algorithm, Speed], Field(min_length=1)]  # of the process, all its ranks
     device_name: str  # torch.cuda.get_device_name
     date: datetime.date
     command: str
+    ranks_per_gpu: Annotated[int, Field(ge=1)] = 1  # data-parallel ranks the process held on its GPU
     commit: str | None = None
     torch: str | None = None
     transformers: str | None = None
     notes: str = ""
 
     @property
-    def setting(self) -> tuple[str, bool, str]:
-        return self.dtype, self.load_in_4bit, self.critic
+    def setting(self) -> tuple[str, bool, str, int]:
+        return self.dtype, self.load_in_4bit, self.critic, self.ranks_per_gpu
 
 
 @settings
@@ -83,9 +85,13 @@ class GpuRates:
     gpu: str  # a type of the calibration table's gpus, and the file's name
     measurements: Annotated[list[Measurement], Field(min_length=1)]
 
-    def find(self, dtype: str, load_in_4bit: bool, critic: str) -> Measurement | None:
-        """The measurement in `dtype` with these weights, of this critic where there is one."""
-        matching = [m for m in self.measurements if (m.dtype, m.load_in_4bit) == (dtype, load_in_4bit)]
+    def find(self, dtype: str, load_in_4bit: bool, critic: str, ranks_per_gpu: int = 1) -> Measurement | None:
+        """The measurement in `dtype` with these weights and ranks per GPU, of this critic where there is one."""
+        matching = [
+            m
+            for m in self.measurements
+            if (m.dtype, m.load_in_4bit, m.ranks_per_gpu) == (dtype, load_in_4bit, ranks_per_gpu)
+        ]
         return min(matching, key=lambda m: m.critic != critic, default=None)
 
 
@@ -113,10 +119,10 @@ def load(path: str | Path, gpus: list[str]) -> GpuRates:
     settings = [m.setting for m in rates.measurements]
     twice = next((setting for setting in settings if settings.count(setting) > 1), None)
     if twice:
-        dtype, load_in_4bit, critic = twice
+        dtype, load_in_4bit, critic, ranks_per_gpu = twice
         raise GpuRatesError(
-            f"{path}: measurements: two of dtype {dtype}, load_in_4bit {str(load_in_4bit).lower()}, critic {critic}: "
-            f"keep one"
+            f"{path}: measurements: two of dtype {dtype}, load_in_4bit {str(load_in_4bit).lower()}, critic {critic}, "
+            f"ranks_per_gpu {ranks_per_gpu}: keep one"
         )
     return rates
 

@@ -154,6 +154,12 @@ class Plan:
     def _ranks(self, run: Run) -> str | None:
         progress = runstate.progress(run.directory)
         ranks = self.settings.launcher.ranks if self.settings.launcher.executor == "slurm" else 1
+        if run.config.ranks and run.config.ranks % ranks:
+            return (
+                f"{run.directory}: its {run.config.ranks} data-parallel ranks (`ranks`) cannot be shared out among the "
+                f"{ranks} processes launcher.gpus_per_node gives ({self.cluster_file}): use a divisor of "
+                f"{run.config.ranks} (1 holds them all on one GPU)"
+            )
         if progress is None or progress.world == ranks:
             return None
         return (

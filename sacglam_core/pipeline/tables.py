@@ -66,6 +66,7 @@ COMMON_ROWS = [
     ("4-bit quantization", "model.load_in_4bit"),
     ("Compute dtype", "model.dtype"),
     ("Parallel environments", "num_envs"),
+    ("Data-parallel ranks", "ranks"),
     ("Environment steps", "total_steps"),
     ("Objects per scene", "env.n_objects"),
     ("Simplified (simple goals only)", "env.simplified"),
@@ -77,8 +78,9 @@ NOT_COMPARED = ("output_dir", "seed", "threads", "model.device", "model.cache_di
 
 # The paper's settings for Figure 2: RunConfig's defaults (Tables 1-3; where the paper is silent, the first
 # author's code, else documented choices such as the horizon), the model of section 3 and Appendix C
-# (Flan-T5-base, LoRA, 4-bit), and per variant Appendix C's entropy settings for SAC-GLAM+HER.
-PAPER_MODEL = {"model": {"name_or_path": "google/flan-t5-base", "lora": {}, "load_in_4bit": True}}
+# (Flan-T5-base, LoRA, 4-bit, on 4 data-parallel ranks: its 4 LLM instances), and per variant Appendix C's entropy
+# settings for SAC-GLAM+HER.
+PAPER_MODEL = {"model": {"name_or_path": "google/flan-t5-base", "lora": {}, "load_in_4bit": True}, "ranks": 4}
 PAPER_VARIANTS = {
     "ppo": {"algorithm": "ppo"},
     "sac": {"algorithm": "sac"},

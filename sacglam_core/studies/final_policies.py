@@ -48,9 +48,7 @@ def final_success(run: Path, episodes_per_type: int | None) -> dict[str, float]:
     config = load_config(run / "config.yaml", overrides)
     ranks = init_ranks()
     sac = config.algorithm == "sac"
-    agent = GlamAgent.from_config(
-        AgentConfig(config.model, critic=config.sac.critic if sac else None, value_head=not sac), ACTION_VOCABULARY
-    )
+    agent = GlamAgent.from_config(AgentConfig.of_run(config), ACTION_VOCABULARY)
     loaded = Checkpointer(run / "checkpoints", config.checkpoint.keep, ranks).load_latest()
     if loaded is None:
         raise SystemExit(f"error: {run} has no checkpoint to load")
@@ -62,11 +60,11 @@ def final_success(run: Path, episodes_per_type: int | None) -> dict[str, float]:
     last_round = shared["counters"]["eval_rounds"] - 1  # the final evaluation's generator
     greedy = dataclasses.replace(config, eval=dataclasses.replace(config.eval, greedy=True))
     result = {
-        "sampled": evaluate(agent_policy(agent, config, last_round), config, ranks)["eval_success"],
-        "greedy actor": evaluate(agent_policy(agent, greedy, last_round), config, ranks)["eval_success"],
+        "sampled": evaluate(lambda: agent_policy(agent, config, last_round), config, ranks)["eval_success"],
+        "greedy actor": evaluate(lambda: agent_policy(agent, greedy, last_round), config, ranks)["eval_success"],
     }
     if sac:
-        result["argmax Q"] = evaluate(critic_greedy(agent), config, ranks)["eval_success"]
+        result["argmax Q"] = evaluate(lambda: critic_greedy(agent), config, ranks)["eval_success"]
     if not episodes_per_type:
         logged = float(pd.read_csv(run / "metrics.csv")["eval_success"].iloc[-1])
         if abs(logged - result["sampled"]) > 1e-9:
