@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-WIDTH_MULTIPLE = 16  # prompt widths are rounded up to a multiple of this: a few shapes, at most 15 tokens of padding
+WIDTH_MULTIPLE = 8  # prompt widths are rounded up to a multiple of this: a few shapes, at most 7 tokens of padding
 
 
 def round_up(n: int, multiple: int = WIDTH_MULTIPLE) -> int:

@@ -146,11 +146,10 @@ class SAC:
         """The taken actions and all candidates at s_t, all candidates at s_{t+n} of the rows that bootstrap, and
         the rows' rewards and discounts, of the rows `indices` of each rank's buffer, together (each rank's
         share of the batch is the same size, so the mean over the rows is the mean of the ranks' means). The rows
-        that bootstrap come first; a row whose n steps end the episode has
-        discount 0, its target is the reward alone and s_{t+n} need not go through the LLM (HER's copies end in
-        success, so they are often most of a batch). The s_{t+n} batch holds them padded to half or all of the
-        batch with copies of its first row, so that its passes have one of two shapes (or none when no row
-        bootstraps)."""
+        that bootstrap come first; a row whose n steps end the episode has discount 0, its target is the reward
+        alone and s_{t+n} need not go through the LLM (HER's copies end in success, so they are often most of a
+        batch). The s_{t+n} batch holds them padded to a multiple of a quarter of the batch with copies of its first
+        row, so that its passes have one of four shapes (or none when no row bootstraps)."""
         parts = [buffer.rows(index) for buffer, index in zip(self.buffers, indices)]
         rows = {k: _concatenate([part[k] for part in parts]) for k in parts[0]}
         order = np.argsort(rows["discount"] <= 0, kind="stable")
@@ -167,8 +166,8 @@ class SAC:
         }
         bootstrap = int((rows["discount"] > 0).sum())
         if bootstrap:
-            half = max(1, len(order) // 2)
-            kept = list(range(bootstrap)) + [0] * (-bootstrap % half)
+            quarter = max(1, len(order) // 4)
+            kept = list(range(bootstrap)) + [0] * (-bootstrap % quarter)
             later = [rows["next_candidates"][i] for i in kept]
             batches["following"] = agent.collate(
                 [tokens.join(goals[i], rows["next_obs"][i]) for i in kept],
