@@ -315,17 +315,27 @@ class GoalsConfig:
 
     sampler: Literal["uniform", "discovered", "learning_progress"] = "uniform"
     """`uniform`: the environment draws among its train goals (the paper). `discovered`: uniformly among the goals
-    the social partner has described so far and `initial` (IMAGINE). `learning_progress`: among those, a bucket by
-    absolute learning progress, a share `epsilon` of buckets drawn uniformly (MAGELLAN)."""
+    the social partner has described so far and `initial` (IMAGINE). `learning_progress`: among the goals of
+    `known`, a bucket by absolute learning progress, a share `epsilon` of buckets drawn uniformly (MAGELLAN)."""
     initial: tuple[str, ...] = ()
     """Goals the agent knows before any description (train goals of the environment)."""
+    known: Literal["discovered", "train"] = "discovered"
+    """The goals `learning_progress` draws among: `discovered`, those the partner has described so far and
+    `initial` (this project's variant); `train`, every train goal of the environment from the start (MAGELLAN's)."""
     buckets: Literal["grammar", "competence"] | dict[str, tuple[str, ...]] = "grammar"
     """Goal buckets of `learning_progress`: `grammar`, goal type x the category of the objects named (MAGELLAN's
     expert buckets); `competence`, the known goals grouped by their success rate into `competence_levels` levels; or
     name -> glob patterns over goal strings (a goal joins the first bucket it matches, `other` if none)."""
     epsilon: Fraction = 0.2
     """Share of `learning_progress`'s draws that pick a bucket of known goals uniformly, whatever its progress
-    (MAGELLAN's floor, so that a small bucket is tried as often as a large one)."""
+    (MAGELLAN's floor, so that a small bucket is tried as often as a large one); with `epsilon_decay`, the share
+    it decays to."""
+    epsilon_start: Fraction = 1.0
+    """The share of uniform draws that `epsilon_decay` starts from (MAGELLAN's 1)."""
+    epsilon_decay: Positive | None = None
+    """Time constant of MAGELLAN's decay, in training episodes the sampler has observed (its rank's environments):
+    the share of uniform draws is `epsilon + (epsilon_start - epsilon) * exp(-episodes / epsilon_decay)`. null:
+    `epsilon` throughout."""
     window: Annotated[int, Field(ge=2)] = 100
     """Recent training outcomes kept per bucket (per goal for `competence` buckets); learning progress compares
     their newer half with their older half."""
@@ -333,7 +343,15 @@ class GoalsConfig:
     """Success-rate levels of `competence` buckets."""
 
 
-LEARNING_PROGRESS_SETTINGS = ("buckets", "epsilon", "window", "competence_levels")
+LEARNING_PROGRESS_SETTINGS = (
+    "known",
+    "buckets",
+    "epsilon",
+    "epsilon_start",
+    "epsilon_decay",
+    "window",
+    "competence_levels",
+)
 
 
 @settings
@@ -482,14 +500,23 @@ def goal_problems(goals: GoalsConfig, env: EnvConfig) -> list[str]:
     if goals.sampler == "uniform" and goals.initial:
         problems.append("goals.initial is for the samplers that know goals (discovered, learning_progress)")
     if goals.sampler != "uniform" and env.split != "train":
-        problems.append(f"goals.sampler {goals.sampler} learns the goals the partner describes, train goals only: "
-                        "env.split must be train")  # fmt: skip
+        does = "draws among the train goals" if goals.known == "train" else "learns the goals the partner describes"
+        problems.append(f"goals.sampler {goals.sampler} {does}, train goals only: env.split must be train")
     defaults = GoalsConfig()
     changed = [k for k in LEARNING_PROGRESS_SETTINGS if getattr(goals, k) != getattr(defaults, k)]
     if goals.sampler != "learning_progress" and changed:
         problems.append(f"goals.{', goals.'.join(changed)}: settings of sampler learning_progress, not {goals.sampler}")
-    elif goals.buckets != "competence" and "competence_levels" in changed:
-        problems.append("goals.competence_levels: a setting of buckets: competence")
+    else:
+        if goals.buckets != "competence" and "competence_levels" in changed:
+            problems.append("goals.competence_levels: a setting of buckets: competence")
+        if goals.epsilon_decay is None and "epsilon_start" in changed:
+            problems.append("goals.epsilon_start: a setting of goals.epsilon_decay (without it epsilon stays "
+                            "goals.epsilon)")  # fmt: skip
+        if goals.epsilon_decay is not None and goals.epsilon_start < goals.epsilon:
+            problems.append(f"goals.epsilon_start {goals.epsilon_start} is below goals.epsilon {goals.epsilon}: "
+                            "epsilon decays from epsilon_start to epsilon")  # fmt: skip
+    if goals.known == "train" and goals.initial:
+        problems.append("goals.initial: known: train knows every train goal from the start")
     unknown = [g for g in goals.initial if g not in set(train)]
     if unknown:
         problems.append(f"goals.initial: {unknown} are not train goals of this environment")

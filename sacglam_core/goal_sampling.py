@@ -6,21 +6,24 @@ own choice among the goals it knows.
   (empty by default, as in IMAGINE, Colas et al. 2020), and draws among them uniformly; before it knows any, the
   environment draws.
 - `learning_progress`: among the buckets of the known goals, one is drawn with probability proportional to the
-  absolute learning progress of the agent's competence on it, or uniformly (a share `epsilon` of the draws, and
+  absolute learning progress of the agent's competence on it, or uniformly (a share epsilon of the draws, and
   all of them while no bucket shows progress), then a goal uniformly within the bucket (MAGELLAN, Gaven et al.
-  2025, its online and expert-bucket samplers; its epsilon decays from 1 to 0.2, here it stays). Buckets
-  are the goal grammar's (goal type x the category of the objects it names, MAGELLAN's expert knowledge), the
-  user's (glob patterns over goal strings), or made online from competence (goals grouped by their success rate:
-  this project's design, MAGELLAN keeps one bucket per goal).
+  2025, its EK-Online-ALP sampler). The known goals are the discovered ones (this project's variant) or, with
+  `known: train`, every train goal from the start (MAGELLAN's); epsilon is constant, or decays exponentially
+  with the episodes observed (MAGELLAN's schedule, `epsilon_decay`). Buckets are the goal grammar's (goal type x
+  the category of the objects it names, MAGELLAN's expert knowledge), the user's (glob patterns over goal
+  strings), or made online from competence (goals grouped by their success rate: this project's design, MAGELLAN
+  keeps one bucket per goal).
 
 Competence is the success of the agent's own training episodes, by the goal each pursued: the last `window`
 outcomes per bucket (per goal for online buckets), and learning progress is |mean of the newer half - mean of the
-older half| (MAGELLAN's `lp = |sr - sr_delayed|` over windows of 100). The sampler's state, its random generator
-included, is checkpointed with the run.
+older half| (MAGELLAN's `lp = |sr - sr_delayed|`, its `srdiff_args.buffer_size` outcomes per bucket). The sampler's
+state, its random generator and the schedule's position included, is checkpointed with the run.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from collections.abc import Iterable
@@ -68,8 +71,9 @@ class GoalSampler:
         self.train = catalog().goals(env.split, env.simplified)
         self.known: list[str] = []  # in the order they became known
         self._known: set[str] = set()
-        for goal in config.initial:  # train goals of the environment (config.goal_problems)
+        for goal in self.train if config.known == "train" else config.initial:  # initial: train goals (goal_problems)
             self._learn(goal)
+        self.episodes = 0  # observed: the clock of epsilon's decay
         self.bucket_of = {g: self._fixed_bucket(g) for g in self.train}
         self.outcomes: dict[str, deque[float]] = {}  # bucket (or goal, for online buckets) -> recent outcomes
         self.drawn: dict[str, int] = {}  # bucket -> goals drawn since the last `statistics`
@@ -93,13 +97,19 @@ class GoalSampler:
             buckets = self.buckets()
             names = list(buckets)
             weights = [self.bucket_progress(name, members) for name, members in buckets.items()]
-            if self.rng.random() < self.config.epsilon or sum(weights) <= 0:
+            if self.rng.random() < self.epsilon or sum(weights) <= 0:
                 name = self.rng.choice(names)
             else:
                 name = self.rng.choices(names, weights=weights)[0]
             goal = self.rng.choice(buckets[name])
         self.drawn[self.bucket_name(goal)] = self.drawn.get(self.bucket_name(goal), 0) + 1
         return goal
+
+    @property
+    def epsilon(self) -> float:
+        """The share of bucket draws made uniformly now: `epsilon`, or MAGELLAN's decay from `epsilon_start`."""
+        end, start, decay = self.config.epsilon, self.config.epsilon_start, self.config.epsilon_decay
+        return end if decay is None else end + (start - end) * math.exp(-self.episodes / decay)
 
     def buckets(self) -> dict[str, list[str]]:
         """The known goals by bucket (each bucket's goals in the order they became known)."""
@@ -132,6 +142,7 @@ class GoalSampler:
         described during it (train goals only)."""
         if self.config.sampler == "uniform":
             return
+        self.episodes += 1
         for text in described:
             if text in self.bucket_of:  # a train goal (the partner describes no other)
                 self._learn(text)
@@ -165,6 +176,7 @@ class GoalSampler:
             "known": list(self.known),
             "outcomes": {k: list(v) for k, v in self.outcomes.items()},
             "drawn": dict(self.drawn),
+            "episodes": self.episodes,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -173,3 +185,4 @@ class GoalSampler:
         self.known, self._known = list(state["known"]), set(state["known"])
         self.outcomes = {k: deque(v, maxlen=self.config.window) for k, v in state["outcomes"].items()}
         self.drawn = dict(state["drawn"])
+        self.episodes = state.get("episodes", 0)  # absent from checkpoints written before it (constant epsilon)

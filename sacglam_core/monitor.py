@@ -86,10 +86,10 @@ class Monitor:
         self.line_window[0] += finished
         self.line_window[1] += succeeded
 
-    def scalars(self, env_steps: int, elapsed: float, algo) -> None:
-        """After each environment step's update (all ranks): the training scalars when due."""
+    def scalars(self, env_steps: int, elapsed: float, algo) -> bool:
+        """After each environment step's update (all ranks): the training scalars when due; whether they were."""
         if env_steps // self.scalars_every <= self.last_scalars[1] // self.scalars_every:
-            return
+            return False
         finished, succeeded = self.ranks.sum([float(n) for n in self.window])
         stats = algo.recent_stats()
         if not self.config.her.enabled:
@@ -99,6 +99,7 @@ class Monitor:
         self._write("train", stats, env_steps)
         self.window = [0, 0]
         self.last_scalars = (elapsed, env_steps)
+        return True
 
     def progress(self, env_steps: int, elapsed: float) -> None:
         """After each environment step and its evaluation (all ranks): the progress line when due."""

@@ -26,11 +26,12 @@ from pathlib import Path
 
 import torch
 
-from sacglam_core import EXIT_PREEMPTED
+from sacglam_core import EXIT_DIVERGED, EXIT_PREEMPTED
 from sacglam_core.agent import AgentConfig, GlamAgent
 from sacglam_core.agent.lm import compile_seconds
 from sacglam_core.algos.ppo import PPO
 from sacglam_core.algos.sac import SAC
+from sacglam_core.algos.stats import Diverged
 from sacglam_core.atomic import atomic_write, check_writable, remove_stale_temporaries
 from sacglam_core.checkpoint import Checkpointer, CheckpointError
 from sacglam_core.config import ConfigError, ModelConfig, RunConfig, dump_config
@@ -138,6 +139,7 @@ class Trainer:
         self.last_row = (0.0, 0, 0)  # wall seconds, env steps, updates at the last metrics row
         self._last_success = float("nan")
         self._saved_at = -1  # env steps of the last checkpoint this process wrote or resumed from
+        self._skipped = (0.0, 0.0)  # float16: optimizer steps and steps its scaler skipped, at the last metrics row
 
     def _take_lease(self) -> None:
         """Rank 0 takes the run directory's lease before anything in it is touched, then removes the
@@ -170,8 +172,39 @@ class Trainer:
     def run(self, stop_at_steps: int | None = None, stop: threading.Event | None = None) -> int:
         try:
             return self._run(stop_at_steps, stop)
+        except Diverged as error:
+            return self._diverged(error)
         finally:
             self.close()
+
+    def _check_health(self) -> None:
+        """Diverged if an update's loss or gradients' norm went non-finite (on any process)."""
+        found = self.algo.divergence()
+        if self.ranks.any(found is not None):
+            what, index, step = found or ("non-finite on another process", -1, self.env_steps)
+            raise Diverged(f"training diverged at {self.algo.health.unit} {index + 1} (step {step:,}): {what}")
+
+    def _check_finite(self) -> None:
+        """Diverged unless every trained weight, optimizer state and alpha is finite: what a checkpoint would keep."""
+        tensors = [v for v in self.agent.mutable_state_dict().values() if v.is_floating_point()]
+        tensors += self.algo.trained_tensors()
+        finite = bool(torch.stack([t.isfinite().all() for t in tensors]).all())
+        if not self.ranks.all(finite):
+            raise Diverged(
+                f"training diverged by step {self.env_steps:,}: a trained weight or optimizer state is not finite"
+            )
+
+    def _diverged(self, error: Diverged) -> int:
+        """Say where training diverged and which checkpoint is the last finite one (none was written after it), in
+        one line and in diverged.json; a relaunch would resume from it and diverge again."""
+        latest = runstate.progress(self.out)
+        last = f"last finite checkpoint at step {latest.steps:,}" if latest else "no checkpoint was written"
+        message = f"{error}; {last}"
+        if self.ranks.is_main:
+            record = {"message": message, "env_steps": self.env_steps, "checkpoint": latest.steps if latest else None}
+            atomic_write(self.out / runstate.DIVERGED, json.dumps(record, indent=1).encode())
+            print(f"error: {self.out}: {message}", file=sys.stderr)
+        return EXIT_DIVERGED
 
     def _run(self, stop_at_steps: int | None, stop: threading.Event | None) -> int:
         if self.finished:
@@ -248,7 +281,8 @@ class Trainer:
             self.algo.update([shard.recorder for shard in self.shards], self.env_steps)
         self.train_seconds += time.perf_counter() - tick
         self.elapsed = time.perf_counter() - started
-        self.monitor.scalars(self.env_steps, self.elapsed, self.algo)
+        if self.monitor.scalars(self.env_steps, self.elapsed, self.algo):
+            self._check_health()  # the statistics were just read: the losses' health comes with them
         if evaluates_at(self.config, self.env_steps):
             self._log_row()
         self.monitor.progress(self.env_steps, self.elapsed)
@@ -307,6 +341,16 @@ class Trainer:
 
     # -- metrics ---------------------------------------------------------------------------------
     def _log_row(self) -> None:
+        self._check_health()
+        if self.agent.compute_dtype == "float16":
+            share, self._skipped = self.algo.health.skipped_share(self._skipped)
+            if share > 0.5 and self.ranks.is_main:
+                print(
+                    f"warning: {self.out}: the float16 loss scaler skipped {share:.0%} of the optimizer steps since "
+                    "the last metrics row (their gradients overflowed float16): use bfloat16 where the GPU has it, "
+                    "or lower learning rates (docs/trainer.md)",
+                    file=sys.stderr,
+                )
         policy = lambda: agent_policy(self.agent, self.config, self.eval_rounds)  # noqa: E731
         metrics = evaluate(policy, self.config, self.ranks)
         self.eval_rounds += 1
@@ -353,6 +397,8 @@ class Trainer:
         return checksums
 
     def _save(self) -> None:
+        self._check_health()
+        self._check_finite()  # a checkpoint of non-finite state would be resumed from, and diverge again
         self._check_in_sync()
         shared = {
             "format": CHECKPOINT_FORMAT,

@@ -396,9 +396,11 @@ def test_every_output_is_written_and_says_what_is_missing(experiment_dir):
 def test_claims_hold_or_fail_on_known_curves(experiment_dir):
     _, runs = experiment_dir
     experiment = load_experiment("demo", runs)
-    ppo, sac = check(experiment, {"learns": ["PPO", "SAC+HER"], "margin": 0.2}, 0.5)
-    assert not ppo.holds and "0.600" in ppo.evidence  # final 0.6 is not above 0.5 + 0.2
-    assert sac.holds and "0.917" in sac.evidence
+    ppo, ppo_random, sac, sac_random = check(experiment, {"learns": ["PPO", "SAC+HER"], "margin": 0.2}, 0.5)
+    assert ppo.statement == "PPO learns: P(final success > its own start + 0.2) >= 0.8"
+    assert ppo.holds and "P = 1.00" in ppo.evidence and "its own start 0.000" in ppo.evidence  # 0.4 and 0.8 from 0
+    assert not ppo_random.holds and "P = 0.50" in ppo_random.evidence  # only 0.8 beats 0.5 + 0.2
+    assert sac.holds and sac_random.holds and "0.917" in sac.evidence
     # AUCs: SAC+HER 0.5, 0.625, 0.28125 (mean 0.46875); PPO 0.2, 0.4; 5 of the 6 pairs favour SAC+HER.
     (better,) = check(experiment, {"better": [{"x": "SAC+HER", "y": "PPO", "at_least": 0.8}]}, 0.5)
     assert better.holds and "P = 0.83 [95% CI " in better.evidence and "6 seed pairs" not in better.evidence
@@ -409,6 +411,22 @@ def test_claims_hold_or_fail_on_known_curves(experiment_dir):
     assert not stricter.holds  # thresholds apply to P, never to the means (SAC+HER's mean is higher)
     (reversed_order,) = check(experiment, {"better": [{"x": "PPO", "y": "SAC+HER", "at_least": 0.5}]}, 0.5)
     assert not reversed_order.holds and "P = 0.17" in reversed_order.evidence
+
+
+def test_a_run_that_does_not_move_from_its_start_does_not_learn(tmp_path):
+    """A variant whose runs start where a prior puts them and stay there beats the random policy, and learns
+    nothing: the `learns` claim measures each run from its own step-0 evaluation."""
+    runs = expand(DEFINITIONS, ["demo"], tmp_path)
+    for run in runs:
+        flat = [0.376] * 5 if run.variant == "SAC+HER" else [0.3, 0.4, 0.5, 0.6, 0.6 + 0.05 * run.seed]
+        write_run(run, flat)
+    experiment = load_experiment("demo", runs)
+    sac, sac_random, ppo, _ = check(experiment, {"learns": ["SAC+HER", "PPO"], "margin": 0.05}, 0.138)
+    assert not sac.holds and "P = 0.00" in sac.evidence and "its own start 0.376" in sac.evidence
+    assert sac_random.holds and "P = 1.00" in sac_random.evidence  # 0.376 > 0.138 + 0.05 on every seed
+    assert ppo.holds and "its own start 0.300" in ppo.evidence
+    (lenient,) = check(experiment, {"learns": ["SAC+HER"], "margin": 0.0, "learns_at_least": 0.0}, 0.138)[:1]
+    assert lenient.holds  # a share of 0 is at least 0: the threshold is the claim's, as stated
 
 
 def test_claims_on_one_goal_type_read_that_types_curve(experiment_dir):
@@ -567,7 +585,7 @@ def test_a_finished_run_whose_files_disagree_is_left_out_with_one_warning(experi
     change, message = DAMAGES[damage]
     change(run.directory)
     definitions = {**DEFINITIONS, "experiments": {"demo": {**DEFINITIONS["experiments"]["demo"], "claims": {
-        "learns": ["SAC+HER"], "margin": 0.0}}}}  # fmt: skip
+        "learns": ["SAC+HER"], "margin": 0.0, "learns_at_least": 0.5}}}}  # fmt: skip
     (tmp_path / "experiments.yaml").write_text(yaml.safe_dump(definitions))
     command = ["demo", "--definitions", str(tmp_path / "experiments.yaml"), "--results", str(results)]
 
@@ -586,7 +604,7 @@ def test_a_finished_run_whose_files_disagree_is_left_out_with_one_warning(experi
     assert claims_main(command) == 0
     out, err = capsys.readouterr()
     assert err.count("\n") == 1 and message in err
-    assert "left out: SAC+HER: [0]" in out and "over 2 seeds (1.00, 0.75)" in out  # seeds 1 and 2 only
+    assert "left out: SAC+HER: [0]" in out and "over 2 seeds" in out and "1.000 from 0.000, 0.750 from 0.000" in out
 
 
 def test_an_intact_finished_run_passes_every_check(experiment_dir):

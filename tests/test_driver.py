@@ -439,3 +439,16 @@ def test_the_time_limit_signal_as_a_finished_attempt_is_recorded_neither_loses_t
     signal.signal(signal.SIGUSR2, handler.checkpoint_and_try_requeue)
     assert job() == {"env_steps": 8}
     assert [json.loads(line)["exit_status"] for line in (tmp_path / "attempts.jsonl").read_text().splitlines()] == [0]
+
+
+def test_taking_the_results_folder_records_what_the_campaign_was_launched_with(setup):
+    """`status` without --profile reads it (tests/test_status.py)."""
+    settings, _, _ = setup
+    launch = {"configfiles": ["/a/workflow.yaml", "/b/cluster.yaml"], "config": {"experiments": ["main"]}}
+    driver = driving.Driver(settings, launch=launch)
+    driver.lock()
+    try:
+        recorded = json.loads((Path(settings.results) / ".driver" / driving.LAUNCH_FILE).read_text())
+        assert recorded == launch
+    finally:
+        driver._lease.release()

@@ -1,5 +1,6 @@
 """Goal samplers on hand-built competence histories and in the real environment."""
 
+import math
 import random
 from collections import Counter
 
@@ -182,6 +183,82 @@ def test_a_sampler_resumed_from_its_state_draws_what_the_uninterrupted_one_draws
     assert first.statistics() == second.statistics()
 
 
+MAGELLAN = {"sampler": "learning_progress", "known": "train", "epsilon_decay": 274}  # the autotelic experiment's
+
+
+def test_with_magellans_settings_every_train_goal_can_be_drawn_before_any_description():
+    sampler = GoalSampler(GoalsConfig(**MAGELLAN), ENV, seed=0)
+    train = catalog().goals("train", simplified=True)
+    assert sorted(sampler.known) == sorted(train) and set(sampler.buckets()) == set(grammar_buckets(ENV))
+    draws = [sampler.next_goal() for _ in range(4000)]
+    assert set(draws) == set(train)
+    shares = Counter(sampler.bucket_name(g) for g in draws)  # epsilon 1 and no progress: buckets drawn uniformly
+    assert all(count / 4000 == pytest.approx(1 / 8, abs=0.02) for count in shares.values())
+
+
+def test_magellans_epsilon_decays_exponentially_from_1_to_0_2_with_the_episodes_observed():
+    sampler = GoalSampler(GoalsConfig(**MAGELLAN), ENV, seed=0)
+    epsilon = []
+    for _ in range(10 * 274 + 1):
+        epsilon.append(sampler.epsilon)
+        sampler.observe(sampler.train[0], False, [])
+    assert epsilon[0] == 1.0 and epsilon[274] == pytest.approx(0.2 + 0.8 / math.e)
+    assert epsilon[2740] == pytest.approx(0.2, abs=4e-5) and min(epsilon) > 0.2
+    assert all(e == pytest.approx(0.2 + 0.8 * math.exp(-n / 274)) for n, e in enumerate(epsilon))
+    assert all(earlier > later for earlier, later in zip(epsilon, epsilon[1:]))
+
+
+def test_draws_take_the_scheduled_epsilon_and_drawing_does_not_move_the_clock():
+    sampler = sampler_with(HISTORY, window=20, epsilon_decay=40)  # 63 episodes observed
+    epsilon = 0.2 + 0.8 * math.exp(-63 / 40)
+    assert sampler.episodes == 63 and sampler.epsilon == pytest.approx(epsilon)
+    draws = Counter(sampler.bucket_name(sampler.next_goal()) for _ in range(3000))
+    assert sampler.epsilon == pytest.approx(epsilon)
+    assert draws["grasp animal"] / 3000 == pytest.approx(1 - epsilon + epsilon / 3, abs=0.03)  # 0.2 would give 0.87
+
+
+GOALS = goals_of("grasp animal", 3) + goals_of("grow animal", 3) + goals_of("grasp supply", 2)
+
+
+def scripted_draws(config: GoalsConfig) -> list[int | None]:
+    """A sampler's draws (indices in GOALS) over 30 episodes that describe, succeed and fail in a fixed pattern."""
+    sampler = GoalSampler(config, ENV, seed=5)
+    draws = [sampler.next_goal()]
+    for episode in range(30):
+        goal = GOALS[episode % 8]
+        described = [GOALS[episode * 3 % 8]] if episode % 4 != 3 else []
+        sampler.observe(goal, episode % 3 == 0 or goal.startswith("Grasp"), described)
+        draws.append(sampler.next_goal())
+    return [None if g is None else GOALS.index(g) for g in draws]
+
+
+def test_the_defaults_draw_what_the_samplers_drew_before_magellans_settings_existed():
+    """Recorded at 3935213, before `known`, `epsilon_start` and `epsilon_decay`: the finished runs of
+    `autotelic_mini` keep their meaning (their run directories, the fingerprints, are in test_workflow)."""
+    explicit = GoalsConfig(sampler="learning_progress", known="discovered", epsilon_start=1.0, epsilon_decay=None)
+    assert explicit == GoalsConfig(sampler="learning_progress")
+    assert scripted_draws(explicit) == [None, 0, 0, 0, 0, 3, 3, 3, 4, 0, 3, 3, 3, 6, 4, 3, 3, 6, 7, 4, 4, 0, 4, 4, 3,
+                                        3, 2, 4, 2, 3, 7]  # fmt: skip
+    assert scripted_draws(GoalsConfig(sampler="discovered")) == [None, 0, 3, 6, 6, 0, 4, 3, 2, 0, 3, 0, 6, 4, 3, 4, 7,
+                                                                 0, 7, 3, 0, 2, 3, 4, 6, 3, 4, 3, 0, 3, 7]  # fmt: skip
+
+
+def test_magellans_sampler_resumes_at_its_place_in_the_schedule():
+    first = sampler_with(HISTORY, window=20, known="train", epsilon_decay=40)
+    [first.next_goal() for _ in range(7)]
+    state = yaml.safe_load(yaml.safe_dump(first.state_dict()))
+    second = GoalSampler(first.config, ENV, seed=99)
+    second.load_state_dict(state)
+    assert second.episodes == 63 and second.epsilon == first.epsilon
+    assert [first.next_goal() for _ in range(50)] == [second.next_goal() for _ in range(50)]
+    for sampler in (first, second):
+        sampler.observe(GOALS[0], True, [])
+    assert first.epsilon == second.epsilon < GoalSampler(first.config, ENV, seed=0).epsilon
+    del state["episodes"]  # a checkpoint written before the schedule: its epsilon was constant
+    second.load_state_dict(state)
+    assert second.episodes == 0
+
+
 def test_grammar_buckets_are_goal_type_and_category():
     assert grammar_buckets(ENV) == sorted(set(grammar_buckets(ENV)))
     assert "grasp animal" in grammar_buckets(ENV) and "grow animal" in grammar_buckets(ENV)
@@ -210,6 +287,17 @@ def test_grammar_buckets_are_goal_type_and_category():
         ({"sampler": "learning_progress", "buckets": {"other": ["Grasp *"]}}, "goals.buckets.other: `other` names"),
         ({"sampler": "learning_progress", "buckets": {"grasping": ["Grasp *"], "grasping dogs": ["Grasp * dog"]}},
          "goals.buckets.grasping dogs: every goal ['Grasp * dog'] match joins an earlier bucket"),
+        ({"sampler": "learning_progress", "known": "all"}, "goals.known: Input should be 'discovered' or 'train'"),
+        ({"sampler": "discovered", "known": "train"}, "goals.known: settings of sampler learning_progress, not "
+         "discovered"),
+        ({"epsilon_decay": 274}, "goals.epsilon_decay: settings of sampler learning_progress, not uniform"),
+        ({"sampler": "learning_progress", "known": "train", "initial": ["Grasp red dog"]}, "goals.initial: known: "
+         "train knows every train goal from the start"),
+        ({"sampler": "learning_progress", "epsilon_decay": 0}, "goals.epsilon_decay: Input should be greater than 0"),
+        ({"sampler": "learning_progress", "epsilon_start": 0.5}, "goals.epsilon_start: a setting of "
+         "goals.epsilon_decay (without it epsilon stays goals.epsilon)"),
+        ({"sampler": "learning_progress", "epsilon_decay": 274, "epsilon_start": 0.1}, "goals.epsilon_start 0.1 is "
+         "below goals.epsilon 0.2: epsilon decays from epsilon_start to epsilon"),
     ],
 )  # fmt: skip
 def test_bad_goal_settings_are_one_line_naming_the_file_and_key(tmp_path, goals, message):
@@ -228,4 +316,9 @@ def test_a_sampler_that_learns_goals_from_the_partner_refuses_the_test_split(tmp
                                     "goals": {"sampler": "discovered"}}))  # fmt: skip
     with pytest.raises(ConfigError, match="goals.sampler discovered learns the goals the partner describes, train "
                                           "goals only: env.split must be train"):  # fmt: skip
+        load_config(path)
+    path.write_text(yaml.safe_dump({"algorithm": "sac", "model": {"name_or_path": "x"}, "env": {"split": "test"},
+                                    "goals": MAGELLAN}))  # fmt: skip
+    with pytest.raises(ConfigError, match="goals.sampler learning_progress draws among the train goals, train goals "
+                                          "only: env.split must be train"):  # fmt: skip
         load_config(path)

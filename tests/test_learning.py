@@ -33,7 +33,8 @@ def test_sac_her_rises_clearly_above_the_random_policy(tmp_path, tiny_models):
                 "critic": {"input": "decoded_action", "weights": "separate", "hidden_units": 256},
             },
             "her": {"enabled": True},
-            "eval": {"every_steps": 3200, "episodes_per_type": 32, "test_episodes": 32},
+            # 128 episodes per goal type: at 32, one evaluation of the same policy spreads by about 0.075 (SD).
+            "eval": {"every_steps": 3200, "episodes_per_type": 128, "test_episodes": 32},
         }
     )
     random_success = evaluate(lambda: random_policy(seed=0), config, Ranks())["eval_success"]
@@ -41,5 +42,5 @@ def test_sac_her_rises_clearly_above_the_random_policy(tmp_path, tiny_models):
     with (tmp_path / "run" / "metrics.csv").open() as f:
         rows = list(csv.DictReader(f))
     untrained, final = float(rows[0]["eval_success"]), float(rows[-1]["eval_success"])
-    assert abs(untrained - random_success) < 0.15  # the tiny model starts as a near-uniform policy
+    assert abs(untrained - random_success) < 0.1  # the tiny model starts as a near-uniform policy
     assert final >= random_success + 0.25, (random_success, [r["eval_success"] for r in rows])

@@ -327,3 +327,13 @@ def test_4bit_lora_gets_gradients_after_no_grad_rollout(tiny_path):
         loss.backward()
     lora_b = [p for n, p in lm.model.named_parameters() if "lora_B" in n]
     assert lora_b and all(p.grad is not None and p.grad.abs().sum() > 0 for p in lora_b)
+
+
+def test_bitsandbytes_missing_optional_cpu_kernel_says_nothing():
+    """bitsandbytes warns on CPUs with AVX512-BF16 that an optional kernel package is missing, though its fallback
+    computes the same products: loading silences that logger, so trainer.log does not start with a false alarm."""
+    import logging
+
+    import sacglam_core.models.loading  # noqa: F401
+
+    assert logging.getLogger("bitsandbytes.backends.cpu.ops").getEffectiveLevel() == logging.ERROR

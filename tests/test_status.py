@@ -222,3 +222,35 @@ def test_a_done_json_that_cannot_be_read_without_its_marker_makes_the_launch_ref
     assert refusal.startswith(f"error: {runs[5].directory / runstate.DONE} exists but cannot be read"), refusal
     assert refusal.removeprefix("error: ") in shown.note
     assert not any((run.directory / "run.yaml").exists() for run in runs)  # nothing was started
+
+
+def test_without_a_profile_it_reads_the_last_launchs_settings_or_names_the_profiles(tmp_path):
+    """After `cp -r profiles/slurm profiles/mine` and a launch with it, `status` alone reads what the launch read
+    (`<results>/.driver/launch.json`, which the driver writes); with no launch recorded it takes the one profile with a
+    cluster file, and names the profiles when there are several; a damaged record is one line naming it."""
+    from sacglam_core.pipeline.driver import LAUNCH_FILE
+
+    results = tmp_path / "results"
+    profile = tmp_path / "profiles" / "mine"
+    write(profile / "config.yaml", "configfile: workflow.yaml\n")
+    write(profile / "workflow.yaml", f"experiments: [smoke]\nlauncher: {{executor: local}}\nresults: {results}\n")
+    record = {"configfiles": [str(ROOT / "workflow/config/config.yaml"), str(profile / "workflow.yaml")], "config": {}}
+    write(results / ".driver" / LAUNCH_FILE, json.dumps(record))
+    command = [sys.executable, "-m", "sacglam_core.pipeline.status", "--results", str(results)]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "  smoke: 3 runs: 3 not started; 0.0 GPU-h spent"
+
+    elsewhere = tmp_path / "elsewhere"  # no launch recorded: the profiles decide
+    for name in ("one", "two"):
+        write(elsewhere / "profiles" / name / "config.yaml", "configfile: workflow.yaml\n")
+        write(elsewhere / "profiles" / name / "workflow.yaml", f"results: {results}\nexperiments: [smoke]\n")
+        write(elsewhere / "profiles" / name / "cluster.yaml", "launcher: {executor: local}\n")
+    result = subprocess.run(command[:-2], cwd=elsewhere, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
+    assert "2 profiles with a cluster file: name the campaign's with --profile" in result.stderr
+    assert "profiles/one, profiles/two" in result.stderr
+
+    write(results / ".driver" / LAUNCH_FILE, '{"configfiles": ')
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr.startswith(f"error: {results / '.driver' / LAUNCH_FILE}: not a")

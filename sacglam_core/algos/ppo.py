@@ -30,8 +30,8 @@ import torch
 from sacglam_core.agent import CandidateBatch, CandidateDistribution, GlamAgent
 from sacglam_core.agent.batch import HostBatch
 from sacglam_core.agent.lm import DEFAULT
-from sacglam_core.algos.precision import adam, grad_scaler
-from sacglam_core.algos.stats import UpdateStats
+from sacglam_core.algos.precision import adam, grad_scaler, step
+from sacglam_core.algos.stats import Health, UpdateStats
 from sacglam_core.config import RunConfig
 from sacglam_core.distributed import Ranks
 from sacglam_core.envs.playground import ACTION_VOCABULARY
@@ -152,6 +152,10 @@ class PPO:
         self.segments: list[list[Episode]] = [[] for _ in ranks.held]  # each rank's, since its last update
         self._action_tokens = [agent.tokens.action(a) for a in ACTION_VOCABULARY]
         self.stats = UpdateStats()
+        # float16's gradients overflow now and then (the scaler skips the step): only its losses tell divergence
+        gradients = () if agent.compute_dtype == "float16" else ("gradient",)
+        self.health = Health(("policy loss", "value loss", *gradients), agent.lm.device, "minibatch step")
+        self._env_steps = 0  # of the update under way
 
     # -- acting ----------------------------------------------------------------------------------
     def act(self, batch: HostBatch, generators: list[torch.Generator]) -> tuple[list[int], dict[str, list]]:
@@ -183,6 +187,7 @@ class PPO:
     def update(self, recorders: list[EpisodeRecorder], env_steps: int) -> None:
         """Each rank's rollout (its segments and those its recorder cuts open) in minibatches of its own, shuffled by
         its own generator; the ranks' k-th minibatches make one step together."""
+        self._env_steps = env_steps
         segments = [own + recorder.cut() for own, recorder in zip(self.segments, recorders)]
         self.segments = [[] for _ in segments]
         data = self._transitions(segments)
@@ -353,6 +358,7 @@ class PPO:
             "weight": share.astype(np.float32),
             "real": weights(len(chunk), real),
             "group": group.astype(np.int64),
+            "env_steps": np.asarray(self._env_steps, dtype=np.float64),
         }
         normalize = cfg.normalize_advantages
         groups = len(chunks)
@@ -391,10 +397,10 @@ class PPO:
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()  # the scaler is a no-op unless the LLM computes in fp16
         self.ranks.average_gradients(self.params)
-        self.scaler.unscale_(self.optimizer)
-        torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
+        norm, skipped = step(self.optimizer, self.scaler, self.params, cfg.max_grad_norm)
+        self.health.stepped(skipped)
+        self.health.record(rows["env_steps"], **{"policy loss": pg_loss, "value loss": v_loss, "gradient": norm})
+        self.health.finish_update()
         with torch.no_grad():
             approx_kl = mean((ratio - 1) - (logp - rows["old_logp"]))
         detached = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy}
@@ -404,8 +410,18 @@ class PPO:
         return self.stats.pop() | {"updates": self.updates}
 
     def recent_stats(self) -> dict[str, float]:
-        """Means since the last call (the monitor's); leaves them to `pop_stats`."""
-        return self.stats.unseen() | {"updates": self.updates}
+        """Means since the last call (the monitor's), with float16's skipped steps; leaves them to `pop_stats`."""
+        skipped = {"skipped_steps": float(self.health.skipped)} if self.agent.compute_dtype == "float16" else {}
+        return self.stats.unseen() | {"updates": self.updates} | skipped
+
+    def divergence(self) -> tuple[str, int, int] | None:
+        """What first went non-finite in the minibatch steps, at which step (counted over every update's minibatches)
+        and environment step (None: nothing)."""
+        return self.health.divergence()
+
+    def trained_tensors(self) -> list[torch.Tensor]:
+        """Everything a checkpoint keeps that training changes on the device: the optimizer's state."""
+        return [t for s in self.optimizer.state.values() for t in s.values() if t.is_floating_point()]
 
     # -- checkpointing ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -414,6 +430,7 @@ class PPO:
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = state["updates"]
+        self.health.start_at(self.updates * self.cfg.epochs * self.minibatches)
         self.scaler.load_state_dict(state["scaler"])
 
     def local_state_dict(self) -> dict:

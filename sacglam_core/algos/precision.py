@@ -25,3 +25,25 @@ def adam(params: list[torch.Tensor], lr: float) -> torch.optim.Adam:
     if device.type == "cuda":
         return torch.optim.Adam(params, lr=torch.tensor(lr, device=device), fused=True, capturable=True)
     return torch.optim.Adam(params, lr=lr, fused=True)
+
+
+def step(
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    params: list[torch.Tensor],
+    max_norm: float | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """After a backward pass (of the scaled loss): unscale, clip the gradients' norm to `max_norm` (None: no clipping),
+    step. Returns the norm before clipping and whether float16's scaler skipped the step because a gradient
+    overflowed (1, then the scale shrinks; 0 otherwise), as device tensors: nothing is read on the host."""
+    scaler.unscale_(optimizer)
+    norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    if max_norm:
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
+    if not scaler.is_enabled():
+        optimizer.step()
+        return norm, torch.zeros((), device=norm.device)
+    scale = scaler._scale.clone()  # noqa: SLF001 (the scale only shrinks after a skipped step)
+    scaler.step(optimizer)
+    scaler.update()
+    return norm, (scaler._scale < scale).to(norm.dtype)  # noqa: SLF001

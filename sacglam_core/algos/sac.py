@@ -22,8 +22,8 @@ import torch
 from sacglam_core.agent import CandidateBatch, CandidateDistribution, GlamAgent
 from sacglam_core.agent.batch import HostBatch
 from sacglam_core.agent.lm import DEFAULT
-from sacglam_core.algos.precision import adam, grad_scaler
-from sacglam_core.algos.stats import UpdateStats
+from sacglam_core.algos.precision import adam, grad_scaler, step
+from sacglam_core.algos.stats import Health, UpdateStats
 from sacglam_core.config import RunConfig
 from sacglam_core.distributed import Ranks
 from sacglam_core.envs.playground import ACTION_VOCABULARY
@@ -114,6 +114,9 @@ class SAC:
         tokens = agent.tokens
         self._action_tokens = [tokens.action(a) for a in ACTION_VOCABULARY]
         self.stats = UpdateStats()
+        # float16's gradients overflow now and then (the scaler skips the step): only its losses tell divergence
+        gradients = () if agent.compute_dtype == "float16" else ("critic gradient", "actor gradient", "alpha gradient")
+        self.health = Health(("critic loss", "actor loss", "alpha loss", *gradients), agent.lm.device)
 
     @property
     def alpha(self) -> float:
@@ -184,9 +187,10 @@ class SAC:
         every = self.config.monitor.policy_kl_every
         measure = bool(every and self.updates % every == 0)
         warming_up = self.warming_up(env_steps)
+        arrays["env_steps"] = np.asarray(env_steps, dtype=np.float64)
         stats = self.agent.run(
             "sac",
-            lambda b, t: self._learn(b, t["reward"], t["discount"], warming_up, measure),
+            lambda b, t: self._learn(b, t["reward"], t["discount"], t["env_steps"], warming_up, measure),
             batches,
             arrays,
             flags=(warming_up, measure),
@@ -201,10 +205,12 @@ class SAC:
         batches: dict[str, CandidateBatch],
         reward: torch.Tensor,
         discount: torch.Tensor,
+        env_steps: torch.Tensor,
         warming_up: bool,
         measure: bool,
     ) -> dict[str, torch.Tensor]:
-        """One gradient update on staged tensors, device work alone (a captured graph on a GPU); its statistics."""
+        """One gradient update on staged tensors, device work alone (a captured graph on a GPU); its statistics. Its
+        losses and gradients' norms go to `health`, which tells divergence."""
         current = batches["current"]
         alpha = self.log_alpha.exp().detach()
         stats = {}
@@ -212,14 +218,15 @@ class SAC:
             # The whole update's change of pi: a critic that shares the policy's weights moves it too, warm-up included.
             with torch.no_grad():
                 before, _ = self.agent.policy(current)
-        stats |= self._critic_update(batches["taken"], batches.get("following"), reward, discount, alpha)
+        stats |= self._critic_update(batches["taken"], batches.get("following"), reward, discount, alpha, env_steps)
         if not warming_up:
-            stats |= self._actor_update(current, alpha)
+            stats |= self._actor_update(current, alpha, env_steps)
         if measure:
             with torch.no_grad():
                 after, _ = self.agent.policy(current)
             stats["policy_kl"] = before.kl(after).mean()
         self.agent.critic.update_target(self.agent.lm)
+        self.health.finish_update()
         return stats
 
     def warming_up(self, env_steps: int) -> bool:
@@ -236,6 +243,7 @@ class SAC:
         reward: torch.Tensor,
         discount: torch.Tensor,
         alpha: torch.Tensor,
+        env_steps: torch.Tensor,
     ) -> dict[str, torch.Tensor]:
         """One step on the n-step TD error (eq. 3) of the taken actions."""
         agent = self.agent
@@ -250,48 +258,63 @@ class SAC:
             target = critic_targets(reward, discount, next_value)
         q_taken = agent.q(taken)[:, 0]
         loss = torch.nn.functional.mse_loss(q_taken, target)
-        self._step(self.critic_optimizer, self.critic_params, loss)
+        norm = self._step(self.critic_optimizer, self.critic_params, loss)
+        self.health.record(env_steps, **{"critic loss": loss, "critic gradient": norm})
         return {"critic_loss": loss.detach(), "mean_q": q_taken.detach().mean()}
 
-    def _actor_update(self, current: CandidateBatch, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _actor_update(
+        self, current: CandidateBatch, alpha: torch.Tensor, env_steps: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
         """One step on the actor's loss with the (just updated) critic's Q, then one on alpha's."""
         agent = self.agent
         policy, policy_pass = agent.policy(current, hidden=agent.critic.reads_policy_pass())
         with torch.no_grad():  # the actor's loss must not train the critic
             q_all = agent.q(current, policy_pass=policy_pass)
         loss = ACTOR_LOSSES[self.cfg.actor_loss](policy, q_all, alpha)
-        self._step(self.actor_optimizer, self.actor_params, loss)
+        norm = self._step(self.actor_optimizer, self.actor_params, loss)
+        self.health.record(env_steps, **{"actor loss": loss, "actor gradient": norm})
         stats = {"actor_loss": loss.detach(), "entropy": policy.entropy().detach().mean()}
         stats |= target_statistics(policy, q_all, alpha)
         if self.cfg.autotune_alpha:
-            self._step(
-                self.alpha_optimizer,
-                [self.log_alpha],
-                alpha_loss(self.log_alpha, policy, self.cfg.target_entropy),
-                False,
-            )
+            loss = alpha_loss(self.log_alpha, policy, self.cfg.target_entropy)
+            norm = self._step(self.alpha_optimizer, [self.log_alpha], loss, False)
+            self.health.record(env_steps, **{"alpha loss": loss, "alpha gradient": norm})
         return stats
 
-    def _step(self, optimizer: torch.optim.Optimizer, params: list, loss: torch.Tensor, clip: bool = True) -> None:
+    def _step(
+        self, optimizer: torch.optim.Optimizer, params: list, loss: torch.Tensor, clip: bool = True
+    ) -> torch.Tensor:
+        """One optimizer step on `loss`; the gradients' norm (the float16 scaler's skipped steps are counted)."""
         for group in (self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer):
             group.zero_grad(set_to_none=True)
         scaler = self.scalers[optimizer]  # a no-op unless the LLM computes in fp16
         scaler.scale(loss).backward()
         self.ranks.average_gradients(params)
-        scaler.unscale_(optimizer)
-        if clip and self.cfg.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
-        scaler.step(optimizer)  # skipped when a gradient overflowed, then the scale shrinks
-        scaler.update()
+        norm, skipped = step(optimizer, scaler, params, self.cfg.max_grad_norm if clip else None)
+        self.health.stepped(skipped)
+        return norm
 
     def pop_stats(self) -> dict[str, float]:
         """Means since the last call, with the current alpha and HER share."""
         return self.stats.pop() | self._current_stats()
 
     def recent_stats(self) -> dict[str, float]:
-        """Means since the last call (the monitor's), with the current alpha and HER share; leaves them to
-        `pop_stats`."""
-        return self.stats.unseen() | self._current_stats()
+        """Means since the last call (the monitor's), with the current alpha and HER share (and float16's skipped
+        steps); leaves them to `pop_stats`."""
+        skipped = {"skipped_steps": float(self.health.skipped)} if self.agent.compute_dtype == "float16" else {}
+        return self.stats.unseen() | self._current_stats() | skipped
+
+    def divergence(self) -> tuple[str, int, int] | None:
+        """What first went non-finite in the updates, at which update and environment step (None: nothing)."""
+        return self.health.divergence()
+
+    def trained_tensors(self) -> list[torch.Tensor]:
+        """Everything a checkpoint keeps that training changes on the device: optimizer states and log alpha."""
+        states = [self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer]
+        return [
+            self.log_alpha,
+            *(t for o in states for s in o.state.values() for t in s.values() if t.is_floating_point()),
+        ]
 
     def _current_stats(self) -> dict[str, float]:
         her = sum(b.her_share() for b in self.buffers) / len(self.buffers)  # the mean of the ranks' shares
@@ -318,6 +341,7 @@ class SAC:
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
         self.updates = state["updates"]
+        self.health.start_at(self.updates)
         for scaler, scaler_state in zip(self.scalers.values(), state["scalers"], strict=True):
             scaler.load_state_dict(scaler_state)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Literal
@@ -11,6 +12,11 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
 from sacglam_core.config import LoraSettings, ModelConfig
 from sacglam_core.models.hub import hub_offline
+
+# On CPUs with AVX512-BF16 (Intel Xeon), bitsandbytes tries an optional kernel package (`kernels`) for 4-bit products
+# and warns at import when it is missing; its own fallback computes the same products, so the warning only worries
+# every trainer.log.
+logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 Architecture = Literal["seq2seq", "causal"]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -230,6 +230,7 @@ def per_run(experiment: Experiment) -> pd.DataFrame:
         row = {
             "variant": variant,
             "seed": seed,
+            "start_success": float(success[0]),  # the step-0 evaluation: the untrained agent (the prior)
             "final_success": float(success[-1]),
             "final_success_se": errors[-1],  # the evaluation's own noise, not the spread over seeds
             "largest_se": max(errors),  # over the run's evaluation points

@@ -318,7 +318,7 @@ def estimate(
         total = run.config.total_steps
         status = runstate.next_launch(run.directory, run.directory in queued)
         progress = runstate.progress(run.directory)
-        done = total if status == "finished" else progress.steps if progress else 0
+        done = total if status in ("finished", "diverged") else progress.steps if progress else 0
         out.append(Estimate(run, status, max(total - done, 0), gpus, rate, source))
     return out
 
@@ -375,7 +375,9 @@ def report(budget: Budget, allocation: float | None, dryrun: bool = True) -> str
     counts = defaultdict(int)
     for e in estimates:
         counts[e.status] += 1
-    statuses = ", ".join(f"{counts[s]} {s}" for s in ("new", "resumes", "in queue", "finished") if counts[s])
+    statuses = ", ".join(
+        f"{counts[s]} {s}" for s in ("new", "resumes", "in queue", "diverged", "finished") if counts[s]
+    )
     out = [f"GPU-hour budget of Snakemake's plan: {len(estimates)} train jobs ({statuses or 'none'})"]
     if estimates:
         out.append(
@@ -392,8 +394,10 @@ def report(budget: Budget, allocation: float | None, dryrun: bool = True) -> str
             hours = max(e.wall_hours for e in members)
             gpu_hours = sum(e.gpu_hours for e in members)
             subtotal += gpu_hours if math.isfinite(gpu_hours) else 0.0
-            attempts = budget.limits.attempts(hours) if status != "finished" else 0
-            shown_source = source if status != "finished" else "only the marker is written"
+            attempts = budget.limits.attempts(hours) if status not in ("finished", "diverged") else 0
+            shown_source = {"finished": "only the marker is written", "diverged": "not trained again"}.get(
+                status, source
+            )
             out.append(
                 f"    {variant[:40]:<40}{len(members):>5}  {status:<9}{members[0].gpus:>5}{_h(hours, 8)}"
                 f"{attempts:>9}{_h(gpu_hours, 11)}  {shown_source}"

@@ -1,8 +1,9 @@
 """The paper's claims checked on an experiment's finished runs, as its definition's `claims:` states them:
 
     claims:
-      learns: [PPO-GLAM, SAC-GLAM, SAC-GLAM+HER]  # final success above the random policy's by `margin`
+      learns: [PPO-GLAM, SAC-GLAM, SAC-GLAM+HER]  # final success above each run's own start by `margin`
       margin: 0.15
+      learns_at_least: 0.8  # the share of seeds that must (default 0.8)
       better:  # probability of improvement of the AUC of success against steps, over pairs of seeds
         - {x: SAC-GLAM+HER, y: PPO-GLAM, at_least: 0.8}
         - {x: SAC-GLAM+HER, y: PPO-GLAM, at_least: 0.6, goal_type: grow}  # the AUC of grow goals' success
@@ -13,10 +14,12 @@
     python -m sacglam_core.pipeline.claims mini_ten_seeds --seeds 5 6 7 8 9   # on some of its seeds only
     python -m sacglam_core.pipeline.claims mini_longer --from-step 6400   # AUCs over the evaluations from 6,400 on
 
-A `better` claim holds when P(x > y), the share of seed pairs where x's AUC beats y's (ties count half), is
-at least `at_least`; a `time` claim when the ratio of mean training times is at most `at_most`. Each is
-printed with its 95% bootstrap interval (seeds of each variant resampled independently): with 5 seeds the
-interval is wide, and says how far the evidence goes.
+A `learns` claim holds when the share of a variant's seeds whose final success beats the run's own start (its
+step-0 evaluation: the untrained agent, the prior where there is one) by `margin` is at least `learns_at_least`;
+a second line checks the same against the random policy's success. A `better` claim holds when P(x > y), the share
+of seed pairs where x's AUC beats y's (ties count half), is at least `at_least`; a `time` claim when the ratio of
+mean training times is at most `at_most`. Each is printed with its 95% bootstrap interval (seeds of each variant
+resampled independently): with 5 seeds the interval is wide, and says how far the evidence goes.
 
 Exit status: 0 every claim holds, 1 a claim fails, 2 bad command line or experiment definition. A finished run
 whose files do not agree (aggregate.finished_run) is left out with one warning line, as from the tables.
@@ -72,6 +75,27 @@ def _ratio_of_means(x: np.ndarray, y: np.ndarray) -> float:
     return float(x.mean() / y.mean())
 
 
+def _share_above(final: np.ndarray, reference: np.ndarray, margin: float) -> float:
+    return float((final > reference + margin).mean())
+
+
+def _gains(name: str, final: np.ndarray, reference: np.ndarray, margin: float, at_least: float, of: str) -> Claim:
+    """P(final > reference + margin) over a variant's seeds, each against its own reference (its step-0 evaluation,
+    or the random policy's success), with its 95% bootstrap interval, against `at_least`."""
+    statement = f"{name}: P(final success > {of} + {margin}) >= {at_least}"
+    if not len(final):
+        return Claim(statement, False, "no finished runs")
+    share = _share_above(final, reference, margin)
+    pairs = np.stack([final, reference], 1)
+    low, high = stratified_bootstrap(lambda m: _share_above(m[:, 0], m[:, 1], margin), pairs)
+    per_seed = ", ".join(f"{f:.3f} from {r:.3f}" for f, r in zip(final, reference))
+    evidence = (
+        f"P = {share:.2f} [95% CI {low:.2f}, {high:.2f}] over {len(final)} seeds; {of} {reference.mean():.3f}, final "
+        f"success {_mean_std(final)} (per seed: {per_seed})"
+    )
+    return Claim(statement, share >= at_least, evidence)
+
+
 def check(experiment: Experiment, claims: dict | None, baseline: float) -> list[Claim]:
     """Each claim of `claims` against the finished runs; a variant without runs fails its claims."""
     spec = parse_claims(experiment.name, claims, list(experiment.variants))
@@ -95,13 +119,17 @@ def check(experiment: Experiment, claims: dict | None, baseline: float) -> list[
 
     out = []
     for variant in spec.learns:
-        final = values(variant, "final_success")
+        final, start = values(variant, "final_success"), values(variant, "start_success")
+        out.append(_gains(f"{variant} learns", final, start, spec.margin, spec.learns_at_least, "its own start"))
         out.append(
-            Claim(
-                f"{variant} learns: final success > random {baseline:.3f} + {spec.margin}",
-                bool(len(final)) and final.mean() > baseline + spec.margin,
-                f"final success {_mean_std(final)} over {len(final)} seeds ({', '.join(f'{x:.2f}' for x in final)})",
-            )
+            _gains(
+                f"{variant} beats the random policy",
+                final,
+                np.full(len(final), baseline),
+                spec.margin,
+                spec.learns_at_least,
+                "the random policy",
+            )  # fmt: skip
         )
     for claim in spec.better:
         if claim.goal_type is None:

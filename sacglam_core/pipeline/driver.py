@@ -39,6 +39,8 @@ from sacglam_core.pipeline import runstate, slurm
 from sacglam_core.pipeline.config import WorkflowConfig
 from sacglam_core.pipeline.experiments import Run
 
+LAUNCH_FILE = "launch.json"  # <results>/.driver/: the settings files and --config of the campaign's last launch
+
 DONE_LATENCY_S = 60  # how long done.json may take to appear on the login node after the job ended (NFS)
 
 
@@ -144,8 +146,9 @@ class JobWatcher:
 
 
 class Driver:
-    def __init__(self, settings: WorkflowConfig, repository: Path | None = None) -> None:
+    def __init__(self, settings: WorkflowConfig, repository: Path | None = None, launch: dict | None = None) -> None:
         self.settings = settings
+        self.launch = launch or {}  # the settings files and --config the campaign was launched with
         self.launcher = settings.launcher
         self.results = Path(settings.results)
         self.repository = repository or Path.cwd()
@@ -183,6 +186,7 @@ class Driver:
                 f"{since(other, '%Y-%m-%d %H:%M')}); wait for it, or stop it (kill {other.get('pid')}: {stopping})"
             ) from None
         self._lease = lease
+        write_text(directory / LAUNCH_FILE, json.dumps(self.launch, indent=1, default=str))
 
     def _on_signal(self, signum: int, frame) -> None:
         if not self.stop.is_set():
@@ -205,6 +209,7 @@ class Driver:
             raise Detached()
         summary = runstate.finished(run.directory)
         if summary is None:
+            self._refuse_diverged(run)
             run.directory.mkdir(parents=True, exist_ok=True)
             write_text(run.directory / "run.yaml", _yaml({**run.settings, "monitor": asdict(self.settings.monitor)}))
             (self._on_slurm if self.on_slurm else self._locally)(run, note)
@@ -229,6 +234,7 @@ class Driver:
         if runstate.finished(run.directory) is not None:
             note(f"job {job_id} ended {state}: the run is finished")
             return
+        self._refuse_diverged(run)
         runstate.write_job(run.directory, {**(runstate.read_job(run.directory) or {"job_id": job_id}),
                                            "ended": state, "ended_in": self.session})  # fmt: skip
         if state == "CANCELLED":
@@ -292,9 +298,21 @@ class Driver:
         status = run_locally(run.directory, self._command(run), self.stop, run.directory / "trainer.log")
         if status == EXIT_PREEMPTED and self.stop.is_set():
             raise Detached()
+        self._refuse_diverged(run)
         if status != 0:
             raise RunFailed(
                 f"{run.directory}: the trainer exited with status {status}; see {run.directory}/trainer.log"
+            )
+
+    @staticmethod
+    def _refuse_diverged(run: Run) -> None:
+        """A run whose training diverged is not trained again: it would resume from its last finite checkpoint and
+        diverge again, at the same cost."""
+        record = runstate.diverged(run.directory)
+        if record is not None:
+            raise RunFailed(
+                f"{run.directory}: {record['message']}. Not trained again while {runstate.DIVERGED} is there: change "
+                f"the variant's settings (a new run; docs/trainer.md says what), or delete it to try again"
             )
 
     def _wait_for_holder(self, run: Run, note: RunLog) -> None:

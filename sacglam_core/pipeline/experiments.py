@@ -162,7 +162,7 @@ def check_figures(name: str, spec: dict, variants: list[str]) -> None:
 #     goal_type: grow, the AUC of that goal type's success
 #   time: [{x: SAC-GLAM+HER, y: PPO-GLAM, at_most: 2.0}]  # x's mean training time / y's <= at_most
 # Read with the definitions, so a misspelt variant or threshold fails before any training.
-CLAIM_KEYS = {"learns", "margin", "better", "time"}
+CLAIM_KEYS = {"learns", "margin", "learns_at_least", "better", "time"}
 
 
 @dataclass(frozen=True)
@@ -184,6 +184,7 @@ class TimeRatio:
 class Claims:
     learns: tuple[str, ...] = ()
     margin: float = 0.15
+    learns_at_least: float = 0.8  # the share of seeds that must gain `margin` over their own start (and over random)
     better: tuple[Better, ...] = ()
     time: tuple[TimeRatio, ...] = ()
 
@@ -218,9 +219,10 @@ def parse_claims(experiment: str, raw, variants: list[str]) -> Claims:
     learns = raw.get("learns") or []
     if not isinstance(learns, list):
         raise ExperimentError(f"{where}: learns must be a list of variants")
-    margin = raw.get("margin", 0.15)
-    if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin <= 1:
-        raise ExperimentError(f"{where}: margin must be a number in [0, 1], got {margin!r}")
+    margin, share = raw.get("margin", 0.15), raw.get("learns_at_least", 0.8)
+    for key, value in (("margin", margin), ("learns_at_least", share)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise ExperimentError(f"{where}: {key} must be a number in [0, 1], got {value!r}")
     better_pairs = _pairs(f"{where}, better", raw.get("better") or [], "at_least", 0.0, 1.0, ("goal_type",))
     better = [Better(**p) for p in better_pairs]
     for claim in better:
@@ -232,7 +234,7 @@ def parse_claims(experiment: str, raw, variants: list[str]) -> Claims:
     unknown = sorted({str(v) for v in named if v not in variants})
     if unknown:
         raise ExperimentError(f"{where} name unknown variants {unknown}; the experiment's variants: {variants}")
-    return Claims(tuple(map(str, learns)), float(margin), tuple(better), tuple(time))
+    return Claims(tuple(map(str, learns)), float(margin), float(share), tuple(better), tuple(time))
 
 
 def expand(

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import submitit
 
-from sacglam_core import EXIT_PREEMPTED
+from sacglam_core import EXIT_DIVERGED, EXIT_PREEMPTED
 from sacglam_core.pipeline import slurm
 from sacglam_core.pipeline.config import LauncherConfig
 
@@ -135,6 +135,8 @@ class TrainingJob(submitit.helpers.Checkpointable):
             record_attempt(Path(self.run_dir), job.job_id, job.num_tasks, status)
         if status == 0 or done.exists():  # finished is final, whatever ended the process after done.json
             return json.loads(done.read_text()) if job.global_rank == 0 else None
+        if status == EXIT_DIVERGED:  # never requeued: it would resume from its last finite checkpoint and diverge
+            return None
         if status == EXIT_PREEMPTED:  # preempted (SIGTERM) outside submitit's own USR2 path
             job_id = os.environ.get("SLURM_JOB_ID")
             if job.global_rank == 0 and job_id:

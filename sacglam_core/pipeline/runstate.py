@@ -5,6 +5,8 @@
 <run>/job.json                     the SLURM job the workflow submitted for it (written right after sbatch)
 <run>/progress.json                the trainer's latest progress line (steps, steps/s, ETA; sacglam_core/monitor.py)
 <run>/train.done                   the workflow's marker (Snakemake's output), written after done.json
+<run>/diverged.json                the trainer's record of a run whose training went non-finite: where, and its last
+                                   finite checkpoint; no launch trains it again while it is there
 
 Each record is read strictly: one that is not a JSON mapping, or a value of the wrong type (null, negative and NaN
 included), raises RunStateError naming the file, the key and the value; a key left out takes its default.
@@ -24,6 +26,7 @@ DONE = "done.json"
 JOB_RECORD = "job.json"
 PROGRESS = "progress.json"
 MARKER = "train.done"
+DIVERGED = "diverged.json"
 # What to do about a finished run whose files are damaged: its last checkpoint is the finished state, from which
 # the trainer writes done.json, metrics.csv and config.yaml again without training a step.
 REBUILD = f"delete the run's {DONE} and {MARKER} and run again: its files are rebuilt from its last checkpoint"
@@ -172,14 +175,28 @@ def read_job(run_dir: Path) -> dict | None:
         return None
 
 
+def diverged(run_dir: Path) -> dict | None:
+    """diverged.json (`message`, `env_steps`, `checkpoint`: the last finite one's step or null), or None."""
+    path = Path(run_dir) / DIVERGED
+    found = read_record(path, "a divergence record")
+    if found is not None:
+        value(path, found, "message", str)
+        value(path, found, "env_steps", int)
+        value(path, found, "checkpoint", int, None, nullable=True)
+    return found
+
+
 def next_launch(run_dir: Path, queued: bool) -> str:
     """What a launch that plans the run does with it, in the budget's words: `finished` (it writes the marker
-    only), `in queue` (`queued`: its recorded job is live; it re-attaches), `resumes` (from its newest checkpoint)
-    or `new`. RunStateError when its done.json cannot be read: the launch refuses to start."""
+    only), `in queue` (`queued`: its recorded job is live; it re-attaches), `diverged` (it trains it no more),
+    `resumes` (from its newest checkpoint) or `new`. RunStateError when its done.json or diverged.json cannot be
+    read: the launch refuses to start."""
     if finished(run_dir) is not None:
         return "finished"
     if queued:
         return "in queue"
+    if diverged(run_dir) is not None:
+        return "diverged"
     checkpoint = progress(run_dir)
     return "resumes" if checkpoint and checkpoint.steps else "new"
 

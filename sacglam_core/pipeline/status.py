@@ -2,12 +2,18 @@
 command but `squeue`; no lock but the shared flock it takes for a moment on a run's lease to see whether a trainer
 holds it, as the driver does), so it works while the driver runs or after it has gone.
 
+    python -m sacglam_core.pipeline.status                                     # the campaign launched last
     python -m sacglam_core.pipeline.status --profile profiles/slurm            # the profile's experiments
     python -m sacglam_core.pipeline.status --profile profiles/local mini smoke  # these experiments
     python -m sacglam_core.pipeline.status --config results=/scratch/results    # other settings, as --config
 
+Without `--profile` it reads the settings the last launch on the results folder used (`<results>/.driver/
+launch.json`, `results` unless `--results` names another), else the one profile of `profiles/` with a cluster
+file; it names the profiles to choose from when there are several.
+
 Each run is `finished`, `running` (steps done, steps/s, job id, ETA), `queued` (its SLURM job waits), `stopped`
-(checkpointed, no live job: the next launch resumes it), `failed` (its job ended before the run finished: its
+(checkpointed, no live job: the next launch resumes it), `diverged` (its training went non-finite: where, and its
+last finite checkpoint; no launch trains it again), `failed` (its job ended before the run finished: its
 last error line), `damaged` (a file of it cannot be read: which, the key and the value, and what the next launch
 does about it) or `not started`; then the totals per experiment, GPU-hours spent included (finished runs as
 measured, unfinished ones from their progress).
@@ -16,6 +22,7 @@ measured, unfinished ones from their progress).
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import time
@@ -29,16 +36,18 @@ from sacglam_core.lease import LEASE_FILE, holder
 from sacglam_core.monitor import duration
 from sacglam_core.pipeline import runstate, slurm, yamlfile
 from sacglam_core.pipeline.config import DEFAULTS, WorkflowConfig, WorkflowConfigError, load_workflow_config
+from sacglam_core.pipeline.driver import LAUNCH_FILE
 from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load_definitions
 
 EXCEPTION = re.compile(r"^[\w.]*(Error|Exception|Interrupt)\b")  # a traceback's last line
-STATES = ("finished", "running", "queued", "stopped", "failed", "damaged", "not started")
+STATES = ("finished", "running", "queued", "stopped", "diverged", "failed", "damaged", "not started")
 # What the next launch does with a run, by runstate.next_launch's word (the budget's), and `refuses`
 NEXT = {
     "new": "the next launch starts it",
     "resumes": "the next launch resumes it from its last checkpoint",
     "in queue": "the next launch re-attaches to its job",
     "finished": "the next launch trains nothing",
+    "diverged": f"the next launch does not train it: change its settings, or delete its {runstate.DIVERGED} to retry",
     "refuses": "the next launch refuses to start, for every run, until this is repaired",
 }
 
@@ -130,6 +139,9 @@ def status_of(run: Run, queue: dict[str, tuple[str, str]] | None) -> RunStatus:
                          note="; ".join([state, *problems]))  # fmt: skip
     if problems:
         return _damaged(run, steps, upcoming, job_id, gpu_hours, problems)
+    if upcoming == "diverged":
+        message = runstate.diverged(directory)["message"]
+        return RunStatus(run, "diverged", steps, total, upcoming, job=job_id, gpu_hours=gpu_hours, note=message)
     ended = record.get("ended") or ""
     if job_id and ((ended and ended != "COMPLETED") or (queue is not None and not state and not steps)):
         return RunStatus(run, "failed", steps, total, upcoming, job=job_id, gpu_hours=gpu_hours,
@@ -190,6 +202,34 @@ def settings_of(profile: str, overrides: dict) -> WorkflowConfig:
     return load_workflow_config(profile_files(profile), overrides)
 
 
+def launched_settings(results: str, overrides: dict) -> WorkflowConfig | None:
+    """The settings the last launch on `results` used (its settings files and --config), None if none is recorded."""
+    record = Path(results) / ".driver" / LAUNCH_FILE
+    if not record.is_file():
+        return None
+    try:
+        launch = json.loads(record.read_text())
+        files, config = list(launch["configfiles"]), dict(launch.get("config", {}))
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"{record}: not a record of a launch ({type(error).__name__}: {error}); use --profile"
+        ) from None
+    return load_workflow_config(files, {**config, **overrides})
+
+
+def only_profile() -> str:
+    """The one profile of `profiles/` with a cluster file; a ValueError naming the choices otherwise."""
+    profiles = sorted(p for p in Path("profiles").glob("*") if (p / "config.yaml").is_file())
+    with_cluster = [p for p in profiles if (p / "cluster.yaml").is_file()]
+    if len(with_cluster) == 1:
+        return str(with_cluster[0])
+    names = ", ".join(str(p) for p in profiles) or "none"
+    raise ValueError(
+        f"no launch recorded in results/.driver/ and {len(with_cluster)} profiles with a cluster file: name the "
+        f"campaign's with --profile (profiles here: {names})"
+    )
+
+
 def results_origin(args: argparse.Namespace, overrides: dict, settings: WorkflowConfig) -> str:
     """Where the results folder's path comes from: an option, else the settings file that sets it last (the cluster
     file, the profile's, else the workflow's defaults)."""
@@ -197,6 +237,8 @@ def results_origin(args: argparse.Namespace, overrides: dict, settings: Workflow
         return "--results"
     if "results" in overrides:
         return "--config"
+    if not args.profile:
+        return f"the last launch's settings ({Path(args.results or 'results') / '.driver' / LAUNCH_FILE})"
     files = [*profile_files(args.profile), *([settings.cluster_file] if settings.cluster_file else [])]
     return next((f for f in reversed(files) if "results" in yamlfile.load(f)), str(DEFAULTS))
 
@@ -207,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     parser.add_argument("experiments", nargs="*", help="experiments to show (default: the profile's)")
-    parser.add_argument("--profile", default="profiles/slurm", help="the Snakemake profile the campaign runs with")
+    parser.add_argument(
+        "--profile", help="the Snakemake profile the campaign runs with (default: the last launch's, see above)"
+    )
     parser.add_argument("--results", help="the results folder (default: the profile's)")
     parser.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE", help="as Snakemake's --config")
     args = parser.parse_args(argv)
@@ -220,7 +264,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.results:
         overrides["results"] = args.results
     try:
-        settings = settings_of(args.profile, overrides)
+        settings = None if args.profile else launched_settings(args.results or "results", overrides)
+        if settings is None:
+            args.profile = args.profile or only_profile()
+            settings = settings_of(args.profile, overrides)
         definitions = load_definitions(*settings.definition_files)
         runs = expand(definitions, settings.experiments, Path(settings.results), {"models": settings.models})
     except (WorkflowConfigError, ExperimentError, yamlfile.YamlFileError, ValueError) as error:

@@ -38,7 +38,14 @@ MODELS = Path(SETTINGS.models)
 HF_CACHE = Path(SETTINGS.hf_cache)
 LAUNCHER = SETTINGS.launcher
 RUN_BY_DIR = {str(run.directory): run for run in RUNS}
-DRIVER = Driver(SETTINGS)
+# What the campaign was launched with, so that `status` finds the same settings without being told the profile.
+DRIVER = Driver(
+    SETTINGS,
+    launch={
+        "configfiles": [str(Path(f).resolve()) for f in workflow.config_settings.configfiles],
+        "config": dict(workflow.config_settings.config),
+    },
+)
 if workflow.is_main_process:
     logging.getLogger("snakemake.logging").addHandler(PlanListener(PLAN, workflow))
 
