@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from sacglam_core import EXIT_DIVERGED, EXIT_PREEMPTED
+from sacglam_core import EXIT_DIVERGED, EXIT_PREEMPTED, runfiles
 from sacglam_core.agent import AgentConfig, GlamAgent
 from sacglam_core.agent.lm import compile_seconds
 from sacglam_core.algos.ppo import PPO
@@ -45,7 +45,6 @@ from sacglam_core.lease import LeaseHeldError, RunLease
 from sacglam_core.metrics import MetricsFile, evaluates_at
 from sacglam_core.models.loading import lora_target_modules
 from sacglam_core.monitor import Monitor
-from sacglam_core.pipeline import runstate
 from sacglam_core.trajectories import EpisodeRecorder
 
 # What a checkpoint holds; 1 was before checkpoints carried the metrics rows and the thread count.
@@ -197,12 +196,12 @@ class Trainer:
     def _diverged(self, error: Diverged) -> int:
         """Say where training diverged and which checkpoint is the last finite one (none was written after it), in
         one line and in diverged.json; a relaunch would resume from it and diverge again."""
-        latest = runstate.progress(self.out)
+        latest = runfiles.progress(self.out)
         last = f"last finite checkpoint at step {latest.steps:,}" if latest else "no checkpoint was written"
         message = f"{error}; {last}"
         if self.ranks.is_main:
             record = {"message": message, "env_steps": self.env_steps, "checkpoint": latest.steps if latest else None}
-            atomic_write(self.out / runstate.DIVERGED, json.dumps(record, indent=1).encode())
+            atomic_write(self.out / runfiles.DIVERGED, json.dumps(record, indent=1).encode())
             print(f"error: {self.out}: {message}", file=sys.stderr)
         return EXIT_DIVERGED
 
@@ -304,8 +303,8 @@ class Trainer:
     def _finished(self) -> bool:
         """Whether done.json marks this run finished; one of another configuration is refused."""
         try:
-            summary = runstate.finished(self.out)
-        except runstate.RunStateError as error:
+            summary = runfiles.finished(self.out)
+        except runfiles.RunStateError as error:
             raise RunDirectoryError(str(error)) from None
         if summary is None:
             return False

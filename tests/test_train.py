@@ -20,8 +20,8 @@ import torch
 import yaml
 from tiny_runs import write_config
 
+from sacglam_core import runfiles
 from sacglam_core.metrics import COLUMNS, TIMING_COLUMNS
-from sacglam_core.pipeline import runstate
 
 TRAIN = [sys.executable, "-m", "sacglam_core.train"]
 
@@ -256,7 +256,7 @@ def test_a_finished_directory_refuses_another_configuration(tmp_path, tiny_model
     expected = {
         "another configuration": f"{out} holds a finished run of another configuration (fingerprint ",
         "corrupt": f"{out / 'done.json'} exists but cannot be read (Expecting ',' delimiter: line 1 column 17 "
-        f"(char 16)); {runstate.REBUILD}",
+        f"(char 16)); {runfiles.REBUILD}",
     }[done]
     assert expected in result.stderr
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != "lease"} == before
@@ -565,7 +565,7 @@ def test_monitoring_shows_progress_and_scalars_and_never_changes_results(tmp_pat
     pattern = r"\d+\.\d\d steps/s, (training success \d\.\d{3} over \d+ episodes|no episode ended), evaluation "
     pattern += r"\d\.\d{3} at 384, ETA"
     assert re.search(pattern, lines[-1]) and lines[-1].endswith("ETA done"), lines[-1]
-    progress = json.loads((out / runstate.PROGRESS).read_text())
+    progress = json.loads((out / runfiles.PROGRESS).read_text())
     assert progress["env_steps"] == 384 and progress["pid"] and progress["gpus"] == 0
     for name, expected in {
         "sac_her": {"critic_loss", "actor_loss", "alpha", "entropy", "mean_q", "q_range", "success", "env_steps_per_s"},
