@@ -133,6 +133,23 @@ def test_resume_equals_uninterrupted_run(tmp_path, tiny_models, reference, name,
     assert without_timing(rows(tmp_path / "out")) == without_timing(rows(reference[name]))
 
 
+def test_the_requeue_drill_stops_the_first_attempt_only_and_done_json_says_what_ran(tmp_path, tiny_models):
+    config = write_config(
+        tmp_path / "run.yaml",
+        tiny_models["tiny-t5"],
+        **SAC_HER,
+        model={"lora": {"r": 4, "alpha": 8}},
+        checkpoint={"every_updates": 4, "drill_at_steps": 200},
+    )
+    first = train(config)
+    assert first.returncode == 75 and "requeue drill" in first.stderr and "checkpointed at 200 steps" in first.stderr
+    second = train(config)
+    assert second.returncode == 0 and "resumed at 200" in second.stderr and "requeue drill" not in second.stderr
+    done = json.loads((tmp_path / "out" / "done.json").read_text())
+    assert done["env_steps"] == 384 and done["lora_b_norm"] > 0  # LoRA's B matrices start at zero
+    assert done["container"] is None and done["model_commit"] is None and isinstance(done["hub_offline"], bool)
+
+
 @pytest.mark.parametrize("settings", [SAC_HER_LP, PPO_CLIP_HER], ids=["sac_lp", "ppo"])
 def test_ranks_held_by_one_process_resume_as_an_uninterrupted_run(tmp_path, tiny_models, settings):
     """Every rank's environments, open episodes, goal sampler, replay buffer or rollout and random streams are
