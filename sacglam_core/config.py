@@ -363,6 +363,9 @@ class CheckpointConfig:
     this; also at the end and when stopped."""
     keep: Positive = 2
     """Newest checkpoints kept; older ones are removed."""
+    drill_at_steps: Positive | None = None
+    """A requeue drill (the `gpu_smoke` experiment): a run that has not resumed yet checkpoints at this many
+    environment steps and exits 75, as at a time limit; the workflow requeues it and it resumes. null: none."""
 
 
 @settings

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from sacglam_core.atomic import atomic_write
 from sacglam_core.config import RunConfig
-from sacglam_core.pipeline.runstate import PROGRESS
+from sacglam_core.runfiles import PROGRESS
 
 
 def duration(seconds: float) -> str:

@@ -45,6 +45,11 @@ use the same keys, nested the same way in `defaults`, in an experiment's `settin
 dotted paths in a `grid` (`sac.critic.input: [obs_action, obs]`). Unknown keys, wrong types, values outside the
 constraints and incoherent combinations fail at start, in one error that names every problem.
 
+**Two sets of defaults.** The column `default` is a bare run configuration's (a CPU, no LoRA, no 4-bit: what a
+quick run of a tiny model wants). The experiments start from experiments.yaml's `defaults` block instead, the
+paper's setting: `google/flan-t5-base`, `model.device: auto`, `model.dtype: auto`, LoRA r 16 and alpha 32,
+4-bit weights, 400,000 steps; an experiment's `settings` and `variants` change those.
+
 Columns: **type**, with its constraints; **default**, the value when the key is left out; **paper**, the setting
 of the paper's runs (`sacglam_core.pipeline.tables.paper_config`): Tables 1-3 and Appendix C (Flan-T5-base with
 LoRA and 4-bit weights; SAC-GLAM+HER's `sac.alpha_init` 0.05 and `sac.target_entropy` 0.01) and, where the paper

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import sys
 import threading
 import time
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from sacglam_core import EXIT_DIVERGED, EXIT_PREEMPTED
+from sacglam_core import EXIT_DIVERGED, EXIT_PREEMPTED, runfiles
 from sacglam_core.agent import AgentConfig, GlamAgent
 from sacglam_core.agent.lm import compile_seconds
 from sacglam_core.algos.ppo import PPO
@@ -43,9 +44,9 @@ from sacglam_core.evaluation import agent_policy, evaluate, goal_type_prior
 from sacglam_core.goal_sampling import GoalSampler
 from sacglam_core.lease import LeaseHeldError, RunLease
 from sacglam_core.metrics import MetricsFile, evaluates_at
-from sacglam_core.models.loading import lora_target_modules
+from sacglam_core.models.hub import hub_offline
+from sacglam_core.models.loading import adapter_norm, hub_commit, lora_target_modules
 from sacglam_core.monitor import Monitor
-from sacglam_core.pipeline import runstate
 from sacglam_core.trajectories import EpisodeRecorder
 
 # What a checkpoint holds; 1 was before checkpoints carried the metrics rows and the thread count.
@@ -197,12 +198,12 @@ class Trainer:
     def _diverged(self, error: Diverged) -> int:
         """Say where training diverged and which checkpoint is the last finite one (none was written after it), in
         one line and in diverged.json; a relaunch would resume from it and diverge again."""
-        latest = runstate.progress(self.out)
+        latest = runfiles.progress(self.out)
         last = f"last finite checkpoint at step {latest.steps:,}" if latest else "no checkpoint was written"
         message = f"{error}; {last}"
         if self.ranks.is_main:
             record = {"message": message, "env_steps": self.env_steps, "checkpoint": latest.steps if latest else None}
-            atomic_write(self.out / runstate.DIVERGED, json.dumps(record, indent=1).encode())
+            atomic_write(self.out / runfiles.DIVERGED, json.dumps(record, indent=1).encode())
             print(f"error: {self.out}: {message}", file=sys.stderr)
         return EXIT_DIVERGED
 
@@ -217,6 +218,10 @@ class Trainer:
         if self.ranks.is_main:  # at every start: a resumed run's config.yaml is its own again, whatever befell it
             atomic_write(self.out / "config.yaml", dump_config(self.config).encode())
         resumed = self._resume()
+        drill = self.config.checkpoint.drill_at_steps
+        if resumed is None and drill is not None:  # the requeue drill: once, in an attempt that did not resume
+            print(f"{self.out}: requeue drill: this attempt stops at {drill} steps", file=sys.stderr)
+            stop_at_steps = min(drill, stop_at_steps or drill)
         gpus = self.ranks.world if self.agent.lm.device.type == "cuda" else 0
         self.monitor = Monitor(self.config, self.out, self.ranks, gpus, self.env_steps, self.elapsed, resumed)
         if resumed is None:
@@ -304,8 +309,8 @@ class Trainer:
     def _finished(self) -> bool:
         """Whether done.json marks this run finished; one of another configuration is refused."""
         try:
-            summary = runstate.finished(self.out)
-        except runstate.RunStateError as error:
+            summary = runfiles.finished(self.out)
+        except runfiles.RunStateError as error:
             raise RunDirectoryError(str(error)) from None
         if summary is None:
             return False
@@ -324,15 +329,24 @@ class Trainer:
             gpus = {"gpus": 0, "gpu_name": None}
         else:
             gpus = {"gpus": self.ranks.world, "gpu_name": torch.cuda.get_device_name(device)}
-        return gpus | {"cpu_name": cpu_name(), "cpu_kernels": torch.backends.cpu.get_cpu_capability()}
+        container = os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER")
+        return gpus | {
+            "cpu_name": cpu_name(),
+            "cpu_kernels": torch.backends.cpu.get_cpu_capability(),
+            "container": container,  # the image this process ran in (None outside one)
+        }
 
     def _as_run(self) -> dict:
-        """Settings resolved at run time (for the hyperparameter tables): compute dtype, LoRA's modules; and the
-        SHA-256 of the weights a local model folder held when the run loaded them."""
+        """Settings resolved at run time (for the hyperparameter tables): compute dtype, LoRA's modules and how far
+        its adapters moved; the SHA-256 of the weights a local model folder held when the run loaded them, or the
+        commit of a hub model's cached files."""
         return {
             "dtype": self.agent.compute_dtype,
             "lora_target_modules": lora_target_modules(self.agent.lm.model),
+            "lora_b_norm": adapter_norm(self.agent.lm.model),
             "model_sha256": self.model_sha256,
+            "model_commit": hub_commit(self.config.model),
+            "hub_offline": hub_offline(),
         }
 
     def _should_stop(self, stop_at_steps: int | None, stop: threading.Event | None) -> bool:

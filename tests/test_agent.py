@@ -35,10 +35,14 @@ def env_inputs(n=6, seed=0, steps=3):
 @pytest.mark.parametrize("slots", [None, 10], ids=["slots as needed", "static slots"])
 def test_batched_scores_equal_naive_scores_and_gradients(tiny_path, slots):
     agent = make_agent(tiny_path, max_candidates=slots)
+    if slots:
+        agent.use_static_shapes()  # a GPU's shapes; a CPU's agent pads each batch to its own
     goals, obs, candidates = env_inputs()
     batch = agent.batch(goals, obs, candidates)
     assert len(set(batch.sizes)) > 1  # variable-length candidate lists
-    assert batch.slots == (slots or max(batch.sizes)) and batch.prompt_ids.shape[1] % WIDTH_MULTIPLE == 0
+    widest = max(map(len, batch.prompt_tokens))
+    assert batch.slots == (slots or max(batch.sizes))
+    assert batch.prompt_ids.shape[1] == (-(-widest // WIDTH_MULTIPLE) * WIDTH_MULTIPLE if slots else widest)
     fast = agent.lm.score(batch).action_logp[batch.candidate_mask]
     naive = agent.lm.score_naive(batch.prompt_tokens, batch.candidate_tokens)
     torch.testing.assert_close(fast, naive, atol=1e-4, rtol=1e-4)
@@ -84,7 +88,8 @@ def test_a_batch_lies_on_the_device_it_was_built_for():
 def test_a_batch_has_the_runs_static_shape_whatever_it_holds():
     """Prompts padded to a multiple of WIDTH_MULTIPLE, candidates to the run's slots, actions to its widest; an empty
     slot repeats its prompt's first candidate and is masked; the staged tensors hold the host arrays."""
-    host = collate([[1, 2, 3], [4]], [[[5], [6, 7]], [[8]]], 0, False, shapes=Shapes(candidates=3, action_width=4))
+    shapes = Shapes(candidates=3, action_width=4, width_multiple=WIDTH_MULTIPLE)
+    host = collate([[1, 2, 3], [4]], [[[5], [6, 7]], [[8]]], 0, False, shapes=shapes)
     assert host.arrays["prompt_ids"].shape == (2, WIDTH_MULTIPLE)
     assert host.arrays["action_ids"].shape == (2, 3, 4)
     assert host.arrays["candidate_mask"].tolist() == [[True, True, False], [True, False, False]]

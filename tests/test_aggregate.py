@@ -407,6 +407,7 @@ def test_claims_hold_or_fail_on_known_curves(experiment_dir):
     assert "over 3 x 2 seed pairs" in better.evidence and "0.469" in better.evidence
     low, high = map(float, better.evidence.split("CI ")[1].split("]")[0].split(", "))
     assert low < 0.83 < high <= 1.0  # 5 seeds or fewer: a wide interval, printed beside the estimate
+    assert ("no ordering either way" in better.evidence) == (low <= 0.5)
     (stricter,) = check(experiment, {"better": [{"x": "SAC+HER", "y": "PPO", "at_least": 0.9}]}, 0.5)
     assert not stricter.holds  # thresholds apply to P, never to the means (SAC+HER's mean is higher)
     (reversed_order,) = check(experiment, {"better": [{"x": "PPO", "y": "SAC+HER", "at_least": 0.5}]}, 0.5)

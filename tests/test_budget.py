@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sacglam_core import runfiles
 from sacglam_core.pipeline import budget as budgeting
-from sacglam_core.pipeline import runstate
 from sacglam_core.pipeline.experiments import Run, expand, load_definitions, merge
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,7 +137,7 @@ def test_a_damaged_finished_run_measures_nothing_and_is_still_finished(tmp_path,
         assert states[sac[2].directory].source == "measured (1 runs)"
         assert budget.spent_finished == pytest.approx(40)
     else:
-        with pytest.raises(runstate.RunStateError, match=f"{re.escape(str(done))} (exists but|does not hold)"):
+        with pytest.raises(runfiles.RunStateError, match=f"{re.escape(str(done))} (exists but|does not hold)"):
             make(sac, tmp_path)
         assert make(sac[2:], tmp_path).spent_finished == pytest.approx(40)
 

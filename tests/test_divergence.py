@@ -11,8 +11,7 @@ import pytest
 import torch
 from tiny_runs import write_config
 
-from sacglam_core import EXIT_DIVERGED
-from sacglam_core.pipeline import runstate
+from sacglam_core import EXIT_DIVERGED, runfiles
 
 TRAIN = [sys.executable, "-m", "sacglam_core.train"]
 LINE = re.compile(
@@ -71,16 +70,16 @@ def test_a_diverging_run_stops_in_one_line_keeps_finite_checkpoints_and_resumes_
     match = LINE.match(line)
     assert match, line
     out = tmp_path / "out"
-    record = runstate.diverged(out)
+    record = runfiles.diverged(out)
     assert record is not None and line == f"error: {out}: {record['message']}"
     assert not (out / "done.json").exists()
     checkpoints = sorted((out / "checkpoints").glob("ckpt-*.pt"))
     assert checkpoints and all(finite(path) for path in checkpoints)  # nothing non-finite was ever written
-    newest = runstate.progress(out)
+    newest = runfiles.progress(out)
     assert match["checkpoint"] is not None and int(match["checkpoint"].replace(",", "")) == newest.steps
     assert int(match["step"].replace(",", "")) >= newest.steps
 
-    (out / runstate.DIVERGED).unlink()  # the user's retry, by hand
+    (out / runfiles.DIVERGED).unlink()  # the user's retry, by hand
     again = train(config)
     assert again.returncode == EXIT_DIVERGED
     assert f"resumed at {newest.steps} environment steps" in again.stderr
@@ -101,11 +100,11 @@ def test_the_workflow_does_not_train_a_diverged_run_again(tmp_path):
     run = expand(definitions, ["smoke"], tmp_path / "results", {"models": str(tmp_path)})[0]
     run.directory.mkdir(parents=True)
     message = "training diverged at update 3 (step 96): critic loss nan; last finite checkpoint at step 64"
-    (run.directory / runstate.DIVERGED).write_text(json.dumps({"message": message, "env_steps": 96, "checkpoint": 64}))
+    (run.directory / runfiles.DIVERGED).write_text(json.dumps({"message": message, "env_steps": 96, "checkpoint": 64}))
     settings = parse_workflow_config({"experiments": ["smoke"], "results": str(tmp_path / "results"),
                                       "launcher": {"executor": "local", "gpus_per_node": 0}})  # fmt: skip
     with pytest.raises(driving.RunFailed, match=f"{re.escape(message)}. Not trained again while diverged.json"):
-        driving.Driver(settings).train(run, run.directory / runstate.MARKER, run.directory / "driver.log")
+        driving.Driver(settings).train(run, run.directory / runfiles.MARKER, run.directory / "driver.log")
     assert not (run.directory / "trainer.log").exists()  # nothing started
     shown = status.status_of(run, None)
     assert shown.state == "diverged" and shown.note == message and shown.next_launch == "diverged"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sacglam_core import EXIT_PREEMPTED
+from sacglam_core import EXIT_PREEMPTED, runfiles
 from sacglam_core.distributed import local_gpu
 from sacglam_core.lease import RunLease
 from sacglam_core.pipeline import driver as driving
@@ -83,7 +83,7 @@ def train_in_thread(driver, run):
 
     def target():
         try:
-            driver.train(run, run.directory / runstate.MARKER, run.directory / "driver.log")
+            driver.train(run, run.directory / runfiles.MARKER, run.directory / "driver.log")
         except BaseException as error:  # noqa: BLE001 (reported to the test)
             errors.append(error)
 
@@ -104,8 +104,8 @@ def test_a_finished_run_is_never_submitted(setup):
     run = runs[0]
     run.directory.mkdir(parents=True)
     (run.directory / "done.json").write_text(json.dumps({"env_steps": 1024, "fingerprint": "elsewhere"}))
-    driving.Driver(settings).train(run, run.directory / runstate.MARKER, run.directory / "driver.log")
-    assert fake.submitted == [] and (run.directory / runstate.MARKER).exists()
+    driving.Driver(settings).train(run, run.directory / runfiles.MARKER, run.directory / "driver.log")
+    assert fake.submitted == [] and (run.directory / runfiles.MARKER).exists()
     log = (run.directory / "driver.log").read_text()
     assert "finished earlier (done.json): nothing to submit" in log and "kept: finished is final" in log
 
@@ -121,7 +121,7 @@ def test_submit_record_and_finish(setup):
     assert yaml_settings(run) == {**run.settings, "monitor": dataclasses.asdict(settings.monitor)}
     fake.end(record["job_id"], "COMPLETED", run.directory)
     thread.join(10)
-    assert not errors and (run.directory / runstate.MARKER).exists()
+    assert not errors and (run.directory / runfiles.MARKER).exists()
 
 
 def yaml_settings(run):
@@ -164,7 +164,7 @@ def test_a_trainer_that_is_not_a_job_blocks_a_second_writer(setup):
     run = runs[0]
     with RunLease(run.directory):
         with pytest.raises(driving.RunFailed, match="is in use by pid .* not submitting a second writer"):
-            driving.Driver(settings).train(run, run.directory / runstate.MARKER, run.directory / "driver.log")
+            driving.Driver(settings).train(run, run.directory / runfiles.MARKER, run.directory / "driver.log")
     assert fake.submitted == []
 
 
@@ -178,7 +178,7 @@ def test_a_cancelled_job_is_not_resubmitted_by_the_same_invocation(setup):
     thread.join(10)
     assert "was cancelled; not submitted again by this invocation" in str(errors[0])
     with pytest.raises(driving.RunFailed, match="was cancelled during this invocation"):  # Snakemake's retry
-        driver.train(run, run.directory / runstate.MARKER, run.directory / "driver.log")
+        driver.train(run, run.directory / runfiles.MARKER, run.directory / "driver.log")
     assert len(fake.submitted) == 1
     thread, errors = train_in_thread(driving.Driver(settings), run)  # the next invocation resumes it
     wait_for(lambda: len(fake.submitted) == 2)
@@ -305,7 +305,7 @@ def test_a_local_run_held_by_an_earlier_trainer_is_waited_for_not_started_twice(
     thread, errors = train_in_thread(driving.Driver(settings), run)
     thread.join(30)
     ended = time.monotonic()
-    assert earlier.wait(1) == 0 and not errors and (run.directory / runstate.MARKER).exists()
+    assert earlier.wait(1) == 0 and not errors and (run.directory / runfiles.MARKER).exists()
     log = (run.directory / "driver.log").read_text()
     assert f"waiting for pid {earlier.pid} on " in log and "which holds the run's lease, to end" in log
     if outcome == "finish":

@@ -1,4 +1,4 @@
-"""The zero-shot prior's measurements and its targets (python -m sacglam_core.models prior)."""
+"""The zero-shot prior's measurements and its targets (python -m sacglam_core.pipeline.prior)."""
 
 import math
 import subprocess
@@ -37,7 +37,7 @@ def test_the_command_prints_every_row_and_target_and_fails_on_a_miss(tiny_models
     spec = {"experiment": "mini", "episodes_per_type": 2, "states": 8}
     spec["targets"] = {"entropy_ratio": {"min": 0.9}, "goal_sensitivity": {"min": 0.9}}
     targets.write_text(yaml.safe_dump(spec))
-    command = [sys.executable, "-m", "sacglam_core.models", "prior", str(tiny_models["tiny-causal"]), "--targets"]
+    command = [sys.executable, "-m", "sacglam_core.pipeline.prior", str(tiny_models["tiny-causal"]), "--targets"]
     result = subprocess.run([*command, str(targets)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 1, result.stderr[-2000:]
     out = result.stdout

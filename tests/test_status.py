@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from test_workflow import local_config, snakemake
 
+from sacglam_core import runfiles
 from sacglam_core.config import dump_config
 from sacglam_core.lease import RunLease
 from sacglam_core.pipeline import runstate
@@ -40,9 +41,9 @@ def campaign(tmp_path):
     stopped with the lease record of a live process that does not hold it, the rest not started."""
     runs = expand(load_definitions(DEFINITIONS), ["mini"], tmp_path / "results", {"models": "resources/models"})
     finished, running, queued, failed, stopped, stale = (run.directory for run in runs[:6])
-    write(finished / runstate.DONE, {"wall_seconds": 7200, "gpus": 4, "eval_success": 0.625, "env_steps": 6400})
+    write(finished / runfiles.DONE, {"wall_seconds": 7200, "gpus": 4, "eval_success": 0.625, "env_steps": 6400})
     write(finished / runstate.JOB_RECORD, {"job_id": "11"})
-    write(running / runstate.PROGRESS, {"env_steps": 3200, "steps_per_s": 3.5, "eta_s": 18, "wall_seconds": 1800,
+    write(running / runfiles.PROGRESS, {"env_steps": 3200, "steps_per_s": 3.5, "eta_s": 18, "wall_seconds": 1800,
                                         "gpus": 4, "time": time.time()})  # fmt: skip
     write(queued / runstate.JOB_RECORD, {"job_id": "14"})
     checkpoint(failed, 1280)
@@ -124,9 +125,9 @@ TRUNCATED = '{"env_steps": 64'
 def finished_by_hand(run, summary: dict | str, marker: bool) -> None:
     """done.json (`summary`), config.yaml and, with `marker`, train.done: a finished run's files."""
     write(run.directory / "config.yaml", dump_config(run.config))
-    write(run.directory / runstate.DONE, summary)
+    write(run.directory / runfiles.DONE, summary)
     if marker:
-        write(run.directory / runstate.MARKER, "{}")
+        write(run.directory / runfiles.MARKER, "{}")
 
 
 def damaged_campaign(tmp_path: Path, damage: dict) -> list:
@@ -143,7 +144,7 @@ def damaged_campaign(tmp_path: Path, damage: dict) -> list:
 def planned(result: subprocess.CompletedProcess) -> tuple[set[Path], Counter]:
     """Snakemake's plan in a dry run's output: the directories of the runs it trains and, per variant, the budget's
     status of those runs (new, resumes, in queue, finished)."""
-    markers = re.findall(rf"^\s+output: (\S+)/{runstate.MARKER}$", result.stdout, re.M)
+    markers = re.findall(rf"^\s+output: (\S+)/{runfiles.MARKER}$", result.stdout, re.M)
     table = result.stderr.split("GPU-hour budget of Snakemake's plan", 1)[1].split("  paper:", 1)[0]
     rows = re.findall(r"^ {4}(\S+) +(\d+)  (new|resumes|in queue|finished) ", table, re.M)
     return {Path(m) for m in markers}, Counter({(variant, status): int(n) for variant, n, status in rows})
@@ -157,10 +158,10 @@ def test_damaged_files_are_named_with_what_the_next_launch_does(tmp_path):
         1: lambda run: finished_by_hand(run, {"eval_success": None, "env_steps": 6400}, marker=True),
         2: lambda run: finished_by_hand(run, {"gpus": "four", "wall_seconds": 60}, marker=False),
         3: lambda run: finished_by_hand(run, TRUNCATED, marker=True),
-        4: lambda run: write(run.directory / runstate.MARKER, "{}"),
-        5: lambda run: (write(run.directory / runstate.PROGRESS, {"env_steps": "abc"}), checkpoint(run.directory, 640)),
-        6: lambda run: write(run.directory / runstate.PROGRESS, {"env_steps": None}),
-        7: lambda run: write(run.directory / runstate.PROGRESS, '{"env_steps": 3'),
+        4: lambda run: write(run.directory / runfiles.MARKER, "{}"),
+        5: lambda run: (write(run.directory / runfiles.PROGRESS, {"env_steps": "abc"}), checkpoint(run.directory, 640)),
+        6: lambda run: write(run.directory / runfiles.PROGRESS, {"env_steps": None}),
+        7: lambda run: write(run.directory / runfiles.PROGRESS, '{"env_steps": 3'),
         8: lambda run: (write(run.directory / runstate.JOB_RECORD, {"job_id": 13}), checkpoint(run.directory, 320)),
         9: lambda run: (checkpoint(run.directory, 320),
                         write(run.directory / "checkpoints" / "ckpt-000000960.json", {"number": -5, "world": 1})),
@@ -178,19 +179,19 @@ def test_damaged_files_are_named_with_what_the_next_launch_does(tmp_path):
         command = subprocess.run([*STATUS, "--config", *config], cwd=ROOT, capture_output=True, text=True, timeout=120)
         dry = snakemake("--profile", "profiles/local", "-n", "--config", *config)
     expected = [  # state, next launch, the file named, what is wrong with it
-        ("damaged", "finished", runstate.DONE, 'wall_seconds: "x" is not a non-negative number'),
-        ("damaged", "finished", runstate.DONE, "eval_success: null is not a non-negative number"),
-        ("damaged", "finished", runstate.DONE, 'gpus: "four" is not a non-negative integer'),
-        ("damaged", "finished", runstate.DONE, "exists but cannot be read (Expecting ',' delimiter"),
-        ("damaged", "finished", runstate.MARKER, f"exists without {runstate.DONE}"),
-        ("damaged", "resumes", runstate.PROGRESS, 'env_steps: "abc" is not a non-negative integer'),
-        ("damaged", "new", runstate.PROGRESS, "env_steps: null is not a non-negative integer"),
-        ("damaged", "new", runstate.PROGRESS, "exists but cannot be read (Expecting ',' delimiter"),
+        ("damaged", "finished", runfiles.DONE, 'wall_seconds: "x" is not a non-negative number'),
+        ("damaged", "finished", runfiles.DONE, "eval_success: null is not a non-negative number"),
+        ("damaged", "finished", runfiles.DONE, 'gpus: "four" is not a non-negative integer'),
+        ("damaged", "finished", runfiles.DONE, "exists but cannot be read (Expecting ',' delimiter"),
+        ("damaged", "finished", runfiles.MARKER, f"exists without {runfiles.DONE}"),
+        ("damaged", "resumes", runfiles.PROGRESS, 'env_steps: "abc" is not a non-negative integer'),
+        ("damaged", "new", runfiles.PROGRESS, "env_steps: null is not a non-negative integer"),
+        ("damaged", "new", runfiles.PROGRESS, "exists but cannot be read (Expecting ',' delimiter"),
         ("damaged", "resumes", runstate.JOB_RECORD, "job_id: 13 is not a non-empty string"),
         ("damaged", "resumes", "checkpoints/ckpt-000000960.json", "number: -5 is not a non-negative integer"),
         ("damaged", "new", "checkpoints/ckpt-000000640.json", "world: NaN is not a non-negative integer"),
-        ("damaged", "finished", runstate.DONE, "wall_seconds: NaN is not a non-negative number"),
-        ("damaged", "finished", runstate.DONE, "does not hold a run summary"),
+        ("damaged", "finished", runfiles.DONE, "wall_seconds: NaN is not a non-negative number"),
+        ("damaged", "finished", runfiles.DONE, "does not hold a run summary"),
         ("stopped", "resumes", None, "the next launch resumes it"),
         ("running", "resumes", "lease", 'pid: "abc" is not a non-negative integer'),
     ]
@@ -205,7 +206,7 @@ def test_damaged_files_are_named_with_what_the_next_launch_does(tmp_path):
 
     assert dry.returncode == 0 and "Traceback" not in dry.stderr and "not available" not in dry.stderr, dry.stderr
     trained, budget = planned(dry)
-    assert trained == {run.directory for run in runs if not (run.directory / runstate.MARKER).exists()}
+    assert trained == {run.directory for run in runs if not (run.directory / runfiles.MARKER).exists()}
     plan = Counter((run.variant, states[run.directory].next_launch) for run in runs if run.directory in trained)
     assert budget == plan
     assert all(states[run.directory].next_launch == "finished" for run in runs if run.directory not in trained)
@@ -219,7 +220,7 @@ def test_a_done_json_that_cannot_be_read_without_its_marker_makes_the_launch_ref
     launch = snakemake("--profile", "profiles/local", "--config", *local_config(tmp_path, ["mini"]), timeout=300)
     assert launch.returncode == 2 and "Traceback" not in launch.stderr, launch.stderr[-3000:]
     refusal = launch.stderr.strip().splitlines()[-1]
-    assert refusal.startswith(f"error: {runs[5].directory / runstate.DONE} exists but cannot be read"), refusal
+    assert refusal.startswith(f"error: {runs[5].directory / runfiles.DONE} exists but cannot be read"), refusal
     assert refusal.removeprefix("error: ") in shown.note
     assert not any((run.directory / "run.yaml").exists() for run in runs)  # nothing was started
 

@@ -20,8 +20,8 @@ import torch
 import yaml
 from tiny_runs import write_config
 
+from sacglam_core import runfiles
 from sacglam_core.metrics import COLUMNS, TIMING_COLUMNS
-from sacglam_core.pipeline import runstate
 
 TRAIN = [sys.executable, "-m", "sacglam_core.train"]
 
@@ -131,6 +131,23 @@ def test_resume_equals_uninterrupted_run(tmp_path, tiny_models, reference, name,
     second = train(config)
     assert second.returncode == 0 and "resumed at 200" in second.stderr
     assert without_timing(rows(tmp_path / "out")) == without_timing(rows(reference[name]))
+
+
+def test_the_requeue_drill_stops_the_first_attempt_only_and_done_json_says_what_ran(tmp_path, tiny_models):
+    config = write_config(
+        tmp_path / "run.yaml",
+        tiny_models["tiny-t5"],
+        **SAC_HER,
+        model={"lora": {"r": 4, "alpha": 8}},
+        checkpoint={"every_updates": 4, "drill_at_steps": 200},
+    )
+    first = train(config)
+    assert first.returncode == 75 and "requeue drill" in first.stderr and "checkpointed at 200 steps" in first.stderr
+    second = train(config)
+    assert second.returncode == 0 and "resumed at 200" in second.stderr and "requeue drill" not in second.stderr
+    done = json.loads((tmp_path / "out" / "done.json").read_text())
+    assert done["env_steps"] == 384 and done["lora_b_norm"] > 0  # LoRA's B matrices start at zero
+    assert done["container"] is None and done["model_commit"] is None and isinstance(done["hub_offline"], bool)
 
 
 @pytest.mark.parametrize("settings", [SAC_HER_LP, PPO_CLIP_HER], ids=["sac_lp", "ppo"])
@@ -256,7 +273,7 @@ def test_a_finished_directory_refuses_another_configuration(tmp_path, tiny_model
     expected = {
         "another configuration": f"{out} holds a finished run of another configuration (fingerprint ",
         "corrupt": f"{out / 'done.json'} exists but cannot be read (Expecting ',' delimiter: line 1 column 17 "
-        f"(char 16)); {runstate.REBUILD}",
+        f"(char 16)); {runfiles.REBUILD}",
     }[done]
     assert expected in result.stderr
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != "lease"} == before
@@ -565,7 +582,7 @@ def test_monitoring_shows_progress_and_scalars_and_never_changes_results(tmp_pat
     pattern = r"\d+\.\d\d steps/s, (training success \d\.\d{3} over \d+ episodes|no episode ended), evaluation "
     pattern += r"\d\.\d{3} at 384, ETA"
     assert re.search(pattern, lines[-1]) and lines[-1].endswith("ETA done"), lines[-1]
-    progress = json.loads((out / runstate.PROGRESS).read_text())
+    progress = json.loads((out / runfiles.PROGRESS).read_text())
     assert progress["env_steps"] == 384 and progress["pid"] and progress["gpus"] == 0
     for name, expected in {
         "sac_her": {"critic_loss", "actor_loss", "alpha", "entropy", "mean_q", "q_range", "success", "env_steps_per_s"},

@@ -19,7 +19,7 @@ from sacglam_core.pipeline.aggregate import load_experiment
 from sacglam_core.pipeline.config import WorkflowConfigError, load_workflow_config, parse_workflow_config, slurm_minutes
 from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load_definitions, merge
 from sacglam_core.pipeline.outputs import expected_outputs
-from sacglam_core.pipeline.runstate import MARKER
+from sacglam_core.runfiles import MARKER
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [str(Path(sys.executable).parent / "snakemake")]

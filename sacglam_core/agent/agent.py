@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from sacglam_core.agent.batch import CandidateBatch, HostBatch, Shapes
+from sacglam_core.agent.batch import WIDTH_MULTIPLE, CandidateBatch, HostBatch, Shapes
 from sacglam_core.agent.critic import Critic, ValueHead
 from sacglam_core.agent.lm import GlamLM, LMOutput
 from sacglam_core.agent.policy import CandidateDistribution
@@ -51,7 +51,9 @@ class GlamAgent(nn.Module):
         self.tokens = PromptTokens(lm.tokenizer)
         self.action_index = {a: i for i, a in enumerate(action_vocabulary or ())}
         widest = max((len(self.tokens.action(a)) for a in self.action_index), default=None)
-        lm.shapes = Shapes(max_candidates, widest)
+        self.static_shapes = Shapes(max_candidates, widest, WIDTH_MULTIPLE)
+        # A CPU runs each batch at its own shapes: padding to the static ones cost it 15% of a demo run.
+        lm.shapes = self.static_shapes if lm.device.type == "cuda" else Shapes()
         self.critic = Critic(lm, critic, len(self.action_index)) if critic else None
         self.value_head = ValueHead(lm) if value_head else None
         # fp16's loss scaler decides on the host whether a step is taken: its runs stay eager.
@@ -74,6 +76,11 @@ class GlamAgent(nn.Module):
         if model_config.compile:
             lm.compile_blocks()  # after the critic's weight sets exist: they are compiled too
         return agent
+
+    def use_static_shapes(self) -> None:
+        """Batches in the static shapes a GPU replays, on any device (the CPU's census and FLOP counts of the GPU
+        path)."""
+        self.lm.shapes = self.static_shapes
 
     # -- checkpoints -----------------------------------------------------------------------------
     def mutable_state_dict(self) -> dict[str, torch.Tensor]:

@@ -29,12 +29,20 @@ def round_up(n: int, multiple: int = WIDTH_MULTIPLE) -> int:
 
 @dataclass(frozen=True)
 class Shapes:
-    """The static sizes of a run's batches; None takes each batch's own (a shape per batch: tests, benchmarks)."""
+    """The static sizes of a run's batches, which a GPU's captured graphs replay; None takes each batch's own, what
+    a CPU runs fastest (no padding beyond the batch's own longest)."""
 
     candidates: int | None = None
     """Candidate slots per prompt: the environment's largest candidate set (`EnvConfig.max_candidates`)."""
     action_width: int | None = None
     """Tokens per action: the longest action of the action vocabulary."""
+    width_multiple: int = 1
+    """Prompt widths are rounded up to a multiple of this (WIDTH_MULTIPLE for captured graphs)."""
+
+    @property
+    def static(self) -> bool:
+        """Whether batches take a few fixed shapes (rows too: the algorithms pad theirs to quarters of a batch)."""
+        return self.candidates is not None
 
 
 @dataclass
@@ -144,11 +152,8 @@ def collate(
     batch, count = len(prompts), len(flat)
     indices = action_index or [[-1] * n for n in sizes]
     index = np.asarray([idx + [idx[0]] * (slots - len(idx)) for idx in indices], dtype=np.int64)
-    arrays = dict(
-        zip(
-            ("prompt_ids", "prompt_mask"), pad_rows(prompts, pad_id, round_up(max(map(len, prompts))), left_pad_prompts)
-        )
-    )
+    width = round_up(max(map(len, prompts)), shapes.width_multiple)
+    arrays = dict(zip(("prompt_ids", "prompt_mask"), pad_rows(prompts, pad_id, width, left_pad_prompts)))
     actions, action_mask = pad_rows(flat, pad_id, action_width)
     arrays |= {
         "action_ids": actions.reshape(batch, slots, action_width),
@@ -158,6 +163,6 @@ def collate(
     }
     if concat is not None:
         rows = [concat(prompts[i // slots], a) for i, a in zip(range(count), flat)]
-        ids, mask = pad_rows(rows, pad_id, round_up(max(map(len, rows))), left_pad_prompts)
+        ids, mask = pad_rows(rows, pad_id, round_up(max(map(len, rows)), shapes.width_multiple), left_pad_prompts)
         arrays |= {"concat_ids": ids.reshape(batch, slots, -1), "concat_mask": mask.reshape(batch, slots, -1)}
     return HostBatch(arrays, prompts, candidates, bool(action_index) and int(index.min()) >= 0)

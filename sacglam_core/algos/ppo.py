@@ -336,7 +336,7 @@ class PPO:
         cfg = self.cfg
         chunk = [t for c in chunks for t in c]
         real = len(chunk)
-        chunk = padded(chunk, max(1, cfg.minibatch_size // 4))
+        chunk = padded(chunk, max(1, cfg.minibatch_size // 4) if self.agent.lm.shapes.static else 1)
         share = np.concatenate(
             [np.full(len(c), 1 / (len(chunks) * len(c))) for c in chunks] + [np.zeros(len(chunk) - real)]
         )

@@ -169,7 +169,7 @@ class SAC:
         }
         bootstrap = int((rows["discount"] > 0).sum())
         if bootstrap:
-            quarter = max(1, len(order) // 4)
+            quarter = max(1, len(order) // 4) if agent.lm.shapes.static else 1
             kept = list(range(bootstrap)) + [0] * (-bootstrap % quarter)
             later = [rows["next_candidates"][i] for i in kept]
             batches["following"] = agent.collate(

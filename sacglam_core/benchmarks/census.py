@@ -173,6 +173,7 @@ def loop_census(model: str, steps: int) -> dict:
         config = run_config("SAC-GLAM+HER", Path(model), "cpu", "eager", steps, Path(tmp) / "run", small=False)
         trainer = Trainer(config)
         agent = trainer.agent
+        agent.use_static_shapes()  # the GPU path's shapes, counted on the CPU
         traffic = _HostTraffic()
         calls: Counter[tuple[str, str]] = Counter()  # (phase, stack)
         phase = ["other"]  # the update, acting in training, or the rest (the evaluation)

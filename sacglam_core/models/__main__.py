@@ -1,5 +1,5 @@
 """Command line: `python -m sacglam_core.models build-tiny <dir> [--train]`, `... build-pretrained <dir> [--train]`,
-`... prior <model-dir> [--targets FILE]` and `... stage <hub-id> --cache-dir <dir> [--revision <commit>]`.
+and `... stage <hub-id> --cache-dir <dir> [--revision <commit>]`.
 
 The builds write the shipped weights of the causal LMs (checked against their SHA-256); `--train` trains them
 again and says whether this CPU gives the shipped bytes."""
@@ -21,9 +21,6 @@ def main(argv: list[str] | None = None) -> int:
     pretrained.add_argument("out_dir")
     pretrained.add_argument("--seed", type=int, default=0)
     pretrained.add_argument("--train", action="store_true", help="train it instead of writing the shipped weights")
-    prior = commands.add_parser("prior", help="a model's zero-shot policy on the demo's task, against its targets")
-    prior.add_argument("model", help="a local model folder, e.g. resources/models/tiny-causal-pretrained")
-    prior.add_argument("--targets", default="workflow/config/prior_targets.yaml")
     stage = commands.add_parser("stage", help="download a Hugging Face model into a shared cache (needs internet)")
     stage.add_argument("name", help="hub id, e.g. google/flan-t5-base")
     stage.add_argument("--cache-dir", default=None)
@@ -36,36 +33,23 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from sacglam_core.cpu import pin_kernels
 
-    pin_kernels()  # the same weights and the same prior on every x86-64 CPU
+    pin_kernels()  # the same weights on every x86-64 CPU
     import torch
 
-    if args.command in ("build-tiny", "build-pretrained"):
-        from sacglam_core.models.tiny import (
-            SHIPPED,
-            ShippedWeightsError,
-            TinySpec,
-            build_pretrained,
-            build_tiny,
-            sha256,
-        )
+    from sacglam_core.models.tiny import SHIPPED, ShippedWeightsError, TinySpec, build_pretrained, build_tiny, sha256
 
-        # One thread: multi-threaded float reductions differ from process to process, and so would the weights.
-        torch.set_num_threads(1)
-        build = build_tiny if args.command == "build-tiny" else build_pretrained
-        try:
-            built = build(args.out_dir, TinySpec(seed=args.seed), train=args.train)
-        except ShippedWeightsError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 1
-        for path in built.values() if isinstance(built, dict) else [built]:
-            if args.train and args.seed == 0 and path.name in SHIPPED:
-                same = sha256(path / "model.safetensors") == SHIPPED[path.name]
-                print(f"{path.name}: {'the same bytes as' if same else 'other bytes than'} the shipped weights")
-    else:
-        from sacglam_core.models.prior import report
-
-        torch.set_num_threads(1)
-        return 0 if report(args.model, args.targets) else 1
+    # One thread: multi-threaded float reductions differ from process to process, and so would the weights.
+    torch.set_num_threads(1)
+    build = build_tiny if args.command == "build-tiny" else build_pretrained
+    try:
+        built = build(args.out_dir, TinySpec(seed=args.seed), train=args.train)
+    except ShippedWeightsError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    for path in built.values() if isinstance(built, dict) else [built]:
+        if args.train and args.seed == 0 and path.name in SHIPPED:
+            same = sha256(path / "model.safetensors") == SHIPPED[path.name]
+            print(f"{path.name}: {'the same bytes as' if same else 'other bytes than'} the shipped weights")
     return 0
 
 

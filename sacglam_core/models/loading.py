@@ -205,6 +205,22 @@ def add_lora(model: PreTrainedModel, config: ModelConfig, architecture: Architec
     return get_peft_model(model, peft_config)
 
 
+def adapter_norm(model: PreTrainedModel) -> float | None:
+    """The norm of the LoRA adapters' B matrices, which peft starts at zero: above 0 once the adapters trained."""
+    found = [p.detach().float().norm() ** 2 for name, p in model.named_parameters() if ".lora_B." in name]
+    return float(torch.stack(found).sum().sqrt()) if found else None
+
+
+def hub_commit(config: ModelConfig) -> str | None:
+    """The commit of a hub model's files in the cache it loads from (the staged snapshot); None for a local folder."""
+    if Path(config.name_or_path).expanduser().exists():
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(config.name_or_path, "config.json", cache_dir=config.cache_dir)
+    return Path(found).parent.name if isinstance(found, str) else None
+
+
 def lora_target_modules(model: PreTrainedModel) -> list[str] | None:
     """The kinds of module (last name part) the LoRA adapters sit on, as peft resolved them; None without LoRA."""
     config = getattr(model, "peft_config", {}).get("default")

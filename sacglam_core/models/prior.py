@@ -1,7 +1,5 @@
-"""A model's zero-shot policy on an experiment's task, before any RL, against the targets fixed in
-workflow/config/prior_targets.yaml.
-
-    python -m sacglam_core.models prior resources/models/tiny-causal-pretrained [--targets FILE]
+"""A model's zero-shot policy on a task, before any RL (`python -m sacglam_core.pipeline.prior` checks it against
+the targets fixed in workflow/config/prior_targets.yaml, on an experiment's task).
 
 Per goal type, on train goals and on test goals: the random policy's success, the model's sampled and greedy
 success (`episodes_per_type` episodes per type and split), its entropy relative to the uniform policy over the
@@ -15,20 +13,16 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, replace
 
 import torch
 
 from sacglam_core.agent import AgentConfig, GlamAgent
-from sacglam_core.config import RunConfig, parse_config
+from sacglam_core.config import RunConfig
 from sacglam_core.distributed import Ranks
 from sacglam_core.envs import GoalType, PlaygroundText, catalog
 from sacglam_core.evaluation import agent_policy, evaluate, metric_name, random_policy
-from sacglam_core.pipeline import yamlfile
-from sacglam_core.pipeline.experiments import DEFINITION_FILES, expand, load_definitions, merge
 
-TARGETS = "workflow/config/prior_targets.yaml"
 ON_NOTHING = "You are on: nothing"  # the observation line of an agent that stands on no object (envs/playground.py)
 
 
@@ -37,18 +31,6 @@ class State:
     goal: str
     observation: str
     candidates: list[str]
-
-
-def task_config(experiment: str, model: str, episodes_per_type: int, greedy: bool = False) -> RunConfig:
-    """The experiment's first run's configuration, with `model` and `episodes_per_type` episodes per goal type
-    and as many test episodes, evaluated sampling from the policy or greedily."""
-    definitions = load_definitions(*DEFINITION_FILES)
-    run = expand(definitions, [experiment], "unused", {"models": str(Path(model).parent)})[0]
-    overrides = {
-        "model": {"name_or_path": model, "lora": None, "load_in_4bit": False, "dtype": "float32", "device": "cpu"},
-        "eval": {"episodes_per_type": episodes_per_type, "test_episodes": episodes_per_type, "greedy": greedy},
-    }
-    return parse_config(merge(run.settings, overrides), source=f"experiment {experiment!r} with {model}")
 
 
 def random_play_states(config: RunConfig, split: str, count: int, seed: int) -> list[State]:
@@ -98,11 +80,11 @@ def stratified_plan(config: RunConfig, split: str, per_type: int) -> tuple[tuple
     return tuple(("train", rng.choice(by_type[t])) for t in GoalType if t in by_type for _ in range(per_type))
 
 
-def measure(model: str, experiment: str, episodes_per_type: int, states: int) -> dict[str, dict[str, float]]:
+def measure(config: RunConfig, states: int) -> dict[str, dict[str, float]]:
     """Per row (`<split> <goal type>` and `<split>` overall): random, sampled and greedy success, entropy ratio and
-    goal sensitivity."""
-    config = task_config(experiment, model, episodes_per_type)
-    greedy = task_config(experiment, model, episodes_per_type, greedy=True)
+    goal sensitivity of `config`'s model on its task, `eval.episodes_per_type` episodes per goal type and split."""
+    episodes_per_type = config.eval.episodes_per_type
+    greedy = replace(config, eval=replace(config.eval, greedy=True))
     agent = GlamAgent.from_config(AgentConfig(config.model, max_candidates=config.env.max_candidates))
     goals = catalog()
     rows: dict[str, dict[str, float]] = {}
@@ -149,27 +131,3 @@ def checks(rows: dict[str, dict[str, float]], targets: dict[str, dict[str, float
         inside = bounds.get("min", -math.inf) <= value <= bounds.get("max", math.inf)
         result.append((name, value, inside))
     return result
-
-
-def report(model: str, targets_file: str | Path = TARGETS) -> bool:
-    """Print the measurements and each target; whether all targets hold."""
-    spec = yamlfile.load(targets_file, "prior targets")
-    rows = measure(model, spec["experiment"], spec["episodes_per_type"], spec["states"])
-    n = spec["episodes_per_type"]
-    print(f"{model} on {spec['experiment']}'s task: {n} episodes per goal type and split, {spec['states']} states each")
-    head = ("random", 7), ("sampled", 8), ("greedy", 7), ("H/Huniform", 11), ("goal TV", 8), ("P(Grasp)", 9)
-    print(f"  {'goals':<24} " + " ".join(f"{name:>{width}}" for name, width in head) + f" {'on nothing':>11}")
-    for row, v in rows.items():
-        print(
-            f"  {row:<24} {v['random']:7.3f} {v['sampled']:8.3f} {v['greedy']:7.3f} "
-            f"{v['entropy_ratio']:11.3f} {v['goal_sensitivity']:8.3f} {v['grasp']:9.3f} {v['grasp_on_nothing']:11.3f}"
-        )
-    se = math.sqrt(0.25 / n)
-    print(f"  (a success rate's standard error is at most {se:.3f} per row; P(Grasp): over the random-play states,")
-    print("  and over those where the agent stands on nothing, where taking is never the move)")
-    results = checks(rows, spec["targets"])
-    for name, value, inside in results:
-        bounds = spec["targets"][name]
-        span = f"[{bounds.get('min', '-inf')}, {bounds.get('max', 'inf')}]"
-        print(f"{'HOLDS' if inside else 'MISSES'}  {name} = {value:.3f} in {span}")
-    return all(inside for _, _, inside in results)

@@ -9,7 +9,7 @@ uniform distribution over the candidates of prompts from random play. They then 
 
 `tiny-causal-pretrained` learns language instead, by next-token prediction on the corpus of `corpus.py`
 (taxonomy, colours, affordances in prose, definitions, scenes and selection tasks of other domains, no
-solution of the task), meant to give a prior like a pre-trained LLM's: `python -m sacglam_core.models prior`
+solution of the task), meant to give a prior like a pre-trained LLM's: `python -m sacglam_core.pipeline.prior`
 measures it (docs/prior.md).
 
 Everything is seeded and runs on one thread, so a build is reproducible on one kind of CPU; another CPU's float

@@ -16,11 +16,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from sacglam_core import runfiles
 from sacglam_core.config import ConfigError, RunConfig, load_config
 from sacglam_core.envs import GoalType
 from sacglam_core.evaluation import metric_name, success_standard_error
 from sacglam_core.metrics import evaluation_steps
-from sacglam_core.pipeline import runstate
 from sacglam_core.pipeline.experiments import Run
 
 REQUIRED_COLUMNS = ("env_steps", "wall_seconds", "eval_success")
@@ -90,7 +90,7 @@ def finished_run(run: Run) -> tuple[pd.DataFrame, dict, RunConfig]:
     is the one whose fingerprint done.json records, and metrics.csv holds exactly one row per evaluation that
     configuration makes, ending at the step and with the final success that done.json records. A file damaged
     or edited after the run finished fails one of these; the error names the file and what is wrong."""
-    done = run.directory / runstate.DONE
+    done = run.directory / runfiles.DONE
     summary = _read_summary(done)
     config_file = run.directory / "config.yaml"
     try:
@@ -171,7 +171,7 @@ class Experiment:
     def warnings(self) -> list[str]:
         """One line per finished run left out of the tables."""
         return [
-            f"warning: {problem}; {variant} seed {seed} is left out of {self.name}'s tables ({runstate.REBUILD})"
+            f"warning: {problem}; {variant} seed {seed} is left out of {self.name}'s tables ({runfiles.REBUILD})"
             for (variant, seed), problem in sorted(self.left_out.items())
         ]
 
@@ -185,7 +185,7 @@ def load_experiment(name: str, runs: list[Run]) -> Experiment:
     frames, summaries, expected, configs, left_out = [], {}, {}, {}, {}
     for run in runs:
         expected.setdefault(run.variant, []).append(run.seed)
-        if not (run.directory / runstate.DONE).exists():
+        if not (run.directory / runfiles.DONE).exists():
             continue
         try:
             table, summary, used = finished_run(run)

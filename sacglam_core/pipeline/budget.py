@@ -24,6 +24,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sacglam_core import runfiles
 from sacglam_core.config import ConfigError, RunConfig, load_config
 from sacglam_core.pipeline import gpu_rates, runstate, yamlfile
 from sacglam_core.pipeline.experiments import Run
@@ -234,11 +235,11 @@ def finished_runs(results: str | Path, calibration: Calibration) -> list[Finishe
     """Every finished run under `results` with the configuration it ran (damaged ones are skipped: `status` names
     them), keyed by the calibration table's type of the GPU it ran on."""
     out = []
-    for done in sorted(Path(results).glob(f"*/*/seed*/{runstate.DONE}")):
+    for done in sorted(Path(results).glob(f"*/*/seed*/{runfiles.DONE}")):
         try:
-            summary = runstate.summary(done.parent)
+            summary = runfiles.summary(done.parent)
             config = load_config(done.parent / "config.yaml")
-        except (runstate.RunStateError, ConfigError):
+        except (runfiles.RunStateError, ConfigError):
             continue  # a foreign or broken run does not calibrate anything
         if summary is None:
             continue  # removed meanwhile
@@ -317,7 +318,7 @@ def estimate(
         rate, source = calibration.rate(run.config, gpu, ranks_per_gpu(run.config, gpus))
         total = run.config.total_steps
         status = runstate.next_launch(run.directory, run.directory in queued)
-        progress = runstate.progress(run.directory)
+        progress = runfiles.progress(run.directory)
         done = total if status in ("finished", "diverged") else progress.steps if progress else 0
         out.append(Estimate(run, status, max(total - done, 0), gpus, rate, source))
     return out
@@ -331,7 +332,7 @@ def spent(results: str | Path, gpu_type: str, calibration: Calibration) -> tuple
     partial = 0.0
     for config_file in sorted(Path(results).glob("*/*/seed*/config.yaml")):
         run_dir = config_file.parent
-        progress = runstate.progress(run_dir)
+        progress = runfiles.progress(run_dir)
         if run_dir in done or progress is None or progress.world < 1:
             continue
         try:
@@ -339,8 +340,8 @@ def spent(results: str | Path, gpu_type: str, calibration: Calibration) -> tuple
         except ConfigError:
             continue
         try:
-            line = runstate.progress_line(run_dir)
-        except runstate.RunStateError:  # a damaged progress line: the checkpoint still counts
+            line = runfiles.progress_line(run_dir)
+        except runfiles.RunStateError:  # a damaged progress line: the checkpoint still counts
             line = None
         if line is not None and line.gpus == 0:  # trained on CPUs (the local profile's runs share `results`)
             continue

@@ -149,6 +149,7 @@ def check(experiment: Experiment, claims: dict | None, baseline: float) -> list[
         evidence = (
             f"P = {p:.2f} [95% CI {low:.2f}, {high:.2f}] over {len(a)} x {len(b)} seed pairs; "
             f"{auc} {_mean_std(a[:, 0])} vs {_mean_std(b[:, 0])}"
+            + ("; the interval holds 0.5: no ordering either way" if low <= 0.5 <= high else "")
         )
         out.append(Claim(statement, p >= claim.at_least, evidence))
     for claim in spec.time:

@@ -32,7 +32,7 @@ from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 
-from sacglam_core import EXIT_PREEMPTED
+from sacglam_core import EXIT_PREEMPTED, runfiles
 from sacglam_core.atomic import write_text
 from sacglam_core.lease import LeaseHeldError, RunLease, holder, since
 from sacglam_core.pipeline import runstate, slurm
@@ -207,7 +207,7 @@ class Driver:
         note = RunLog(Path(log))
         if self.stop.is_set():
             raise Detached()
-        summary = runstate.finished(run.directory)
+        summary = runfiles.finished(run.directory)
         if summary is None:
             self._refuse_diverged(run)
             run.directory.mkdir(parents=True, exist_ok=True)
@@ -229,9 +229,9 @@ class Driver:
     def _on_slurm(self, run: Run, note: RunLog) -> None:
         job_id = self._attach(run, note) or self._submit(run, note)
         state = self.watcher.wait(job_id, self.stop)
-        if runstate.finished(run.directory) is None and state != "CANCELLED":
+        if runfiles.finished(run.directory) is None and state != "CANCELLED":
             self._await_done(run, patience_s=DONE_LATENCY_S, quiet=True)
-        if runstate.finished(run.directory) is not None:
+        if runfiles.finished(run.directory) is not None:
             note(f"job {job_id} ended {state}: the run is finished")
             return
         self._refuse_diverged(run)
@@ -289,10 +289,10 @@ class Driver:
         from sacglam_core.pipeline.launch import run_locally
 
         self._wait_for_holder(run, note)
-        if runstate.finished(run.directory) is not None:
+        if runfiles.finished(run.directory) is not None:
             note("finished by the trainer that held it: nothing to start")
             return
-        progress = runstate.progress(run.directory)
+        progress = runfiles.progress(run.directory)
         start = f"its checkpoint at {progress.steps:,} steps" if progress else "the start"
         note(f"trainer started locally, from {start}", echo=False)
         status = run_locally(run.directory, self._command(run), self.stop, run.directory / "trainer.log")
@@ -308,10 +308,10 @@ class Driver:
     def _refuse_diverged(run: Run) -> None:
         """A run whose training diverged is not trained again: it would resume from its last finite checkpoint and
         diverge again, at the same cost."""
-        record = runstate.diverged(run.directory)
+        record = runfiles.diverged(run.directory)
         if record is not None:
             raise RunFailed(
-                f"{run.directory}: {record['message']}. Not trained again while {runstate.DIVERGED} is there: change "
+                f"{run.directory}: {record['message']}. Not trained again while {runfiles.DIVERGED} is there: change "
                 f"the variant's settings (a new run; docs/trainer.md says what), or delete it to try again"
             )
 
@@ -346,7 +346,7 @@ class Driver:
     def _await_done(self, run: Run, patience_s: float = 0, quiet: bool = False) -> dict:
         deadline = time.monotonic() + patience_s
         while True:
-            summary = runstate.finished(run.directory)
+            summary = runfiles.finished(run.directory)
             if summary is not None or time.monotonic() >= deadline:
                 break
             time.sleep(1)

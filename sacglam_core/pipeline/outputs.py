@@ -21,7 +21,7 @@ from sacglam_core.pipeline.experiments import DEFINITION_FILES, ExperimentError,
 if TYPE_CHECKING:
     from sacglam_core.pipeline.aggregate import Experiment
 
-TABLES = ("summary", "iqm", "probability_of_improvement", "hyperparameters", "diagnostics")
+TABLES = ("summary", "iqm", "improvement_per_goal_type", "hyperparameters", "diagnostics")
 DIAGNOSTICS_FIGURE = "diagnostics"
 
 

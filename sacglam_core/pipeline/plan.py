@@ -15,6 +15,7 @@ import logging
 import tempfile
 from pathlib import Path
 
+from sacglam_core import runfiles
 from sacglam_core.pipeline import budget as budgeting
 from sacglam_core.pipeline import runstate, slurm
 from sacglam_core.pipeline.config import WorkflowConfig, settings_file
@@ -92,7 +93,7 @@ class Plan:
         """The end of a dry run: the summary per experiment, the total and every warning again."""
         finished = dict.fromkeys((run.experiment for run in self.by_directory.values()), 0)
         for run in self.by_directory.values():
-            finished[run.experiment] += any((run.directory / f).exists() for f in (runstate.DONE, runstate.MARKER))
+            finished[run.experiment] += any((run.directory / f).exists() for f in (runfiles.DONE, runfiles.MARKER))
         allocation = self.settings.budget.allocation_gpu_hours
         summary = budgeting.summary(self.budget(workflow.dag), allocation, finished)
         say("\n".join(["", summary, *(self._warnings or [])]))  # none when announce failed
@@ -101,7 +102,7 @@ class Plan:
         """Snakemake's onstart: refuse (one line, status 2) or start the driver; nothing was submitted yet."""
         try:
             driver.start(training=self.enforce(workflow))
-        except (budgeting.BudgetExceededError, DriverError, runstate.RunStateError) as error:
+        except (budgeting.BudgetExceededError, DriverError, runfiles.RunStateError) as error:
             say(f"error: {error}")
             raise SystemExit(2) from None
 
@@ -152,7 +153,7 @@ class Plan:
         return mixed_dtypes(types, auto[0], self.calibration, launcher.partition, self.cluster_file)
 
     def _ranks(self, run: Run) -> str | None:
-        progress = runstate.progress(run.directory)
+        progress = runfiles.progress(run.directory)
         ranks = self.settings.launcher.ranks if self.settings.launcher.executor == "slurm" else 1
         if run.config.ranks and run.config.ranks % ranks:
             return (

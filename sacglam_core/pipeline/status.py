@@ -32,6 +32,7 @@ from pathlib import Path
 
 import yaml
 
+from sacglam_core import runfiles
 from sacglam_core.lease import LEASE_FILE, holder
 from sacglam_core.monitor import duration
 from sacglam_core.pipeline import runstate, slurm, yamlfile
@@ -47,7 +48,7 @@ NEXT = {
     "resumes": "the next launch resumes it from its last checkpoint",
     "in queue": "the next launch re-attaches to its job",
     "finished": "the next launch trains nothing",
-    "diverged": f"the next launch does not train it: change its settings, or delete its {runstate.DIVERGED} to retry",
+    "diverged": f"the next launch does not train it: change its settings, or delete its {runfiles.DIVERGED} to retry",
     "refuses": "the next launch refuses to start, for every run, until this is repaired",
 }
 
@@ -83,11 +84,11 @@ def last_error(run_dir: Path, job_id: str) -> str:
 def next_launch(run_dir: Path, queued: bool) -> str:
     """What the next launch does with the run: nothing once its marker exists (Snakemake plans no train job), else
     what the budget says (runstate.next_launch), or `refuses` to start while its done.json cannot be read."""
-    if (run_dir / runstate.MARKER).exists():
+    if (run_dir / runfiles.MARKER).exists():
         return "finished"
     try:
         return runstate.next_launch(run_dir, queued)
-    except runstate.RunStateError:
+    except runfiles.RunStateError:
         return "refuses"
 
 
@@ -95,7 +96,7 @@ def _read(reader, run_dir: Path, problems: list[str]):
     """`reader(run_dir)`, or None with what is wrong added to `problems`."""
     try:
         return reader(run_dir)
-    except runstate.RunStateError as error:
+    except runfiles.RunStateError as error:
         problems.append(str(error))
         return None
 
@@ -108,21 +109,21 @@ def status_of(run: Run, queue: dict[str, tuple[str, str]] | None) -> RunStatus:
     job_id = record.get("job_id", "")
     state = queue.get(job_id, ("", ""))[0] if queue is not None and job_id else ""
     upcoming = next_launch(directory, state in slurm.LIVE)
-    if (directory / runstate.DONE).exists() or upcoming == "finished":
-        if not (directory / runstate.DONE).exists():
-            problems.append(f"{directory / runstate.MARKER} exists without {runstate.DONE}; {runstate.REBUILD}")
-        summary = _read(runstate.summary, directory, problems)
+    if (directory / runfiles.DONE).exists() or upcoming == "finished":
+        if not (directory / runfiles.DONE).exists():
+            problems.append(f"{directory / runfiles.MARKER} exists without {runfiles.DONE}; {runfiles.REBUILD}")
+        summary = _read(runfiles.summary, directory, problems)
         if summary is not None and not problems:
             success = f"final success {summary.eval_success:.3f}" if summary.eval_success is not None else ""
             hours = summary.wall_seconds / 3600 * summary.gpus
             return RunStatus(
                 run, "finished", total, total, upcoming, job=job_id or "local", gpu_hours=hours, note=success
             )
-        checkpoint = runstate.progress(directory)
+        checkpoint = runfiles.progress(directory)
         steps = total if upcoming == "finished" else checkpoint.steps if checkpoint else 0
         return _damaged(run, steps, upcoming, job_id, 0.0, problems)
-    line = _read(runstate.progress_line, directory, problems)
-    checkpoint = runstate.progress(directory, problems)
+    line = _read(runfiles.progress_line, directory, problems)
+    checkpoint = runfiles.progress(directory, problems)
     steps = max(line.env_steps if line else 0, checkpoint.steps if checkpoint else 0)
     gpu_hours = line.wall_seconds / 3600 * line.gpus if line else 0.0
     trainer = holder(directory)  # the lease's flock, as the driver judges it: never a pid that may be reused
@@ -140,7 +141,7 @@ def status_of(run: Run, queue: dict[str, tuple[str, str]] | None) -> RunStatus:
     if problems:
         return _damaged(run, steps, upcoming, job_id, gpu_hours, problems)
     if upcoming == "diverged":
-        message = runstate.diverged(directory)["message"]
+        message = runfiles.diverged(directory)["message"]
         return RunStatus(run, "diverged", steps, total, upcoming, job=job_id, gpu_hours=gpu_hours, note=message)
     ended = record.get("ended") or ""
     if job_id and ((ended and ended != "COMPLETED") or (queue is not None and not state and not steps)):
@@ -154,8 +155,8 @@ def status_of(run: Run, queue: dict[str, tuple[str, str]] | None) -> RunStatus:
 def _holder_pid(run_dir: Path, record: dict, problems: list[str]) -> str:
     """`pid <n>` of the lease's holder, from its record (being written: none yet)."""
     try:
-        pid = runstate.value(run_dir / LEASE_FILE, record, "pid", int, None)
-    except runstate.RunStateError as error:
+        pid = runfiles.value(run_dir / LEASE_FILE, record, "pid", int, None)
+    except runfiles.RunStateError as error:
         problems.append(str(error))
         pid = None
     return f"pid {pid}" if pid is not None else "lease held"

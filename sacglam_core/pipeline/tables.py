@@ -251,7 +251,11 @@ def write_tables(experiment: Experiment, out: Path) -> list[Path]:
     iqm, improvement = robust_table(experiment)
     ci = "95% stratified-bootstrap confidence interval"
     paths += write_table(iqm, out / "iqm", note=f"Interquartile mean of the final success per goal type, {ci}")
-    paths += write_table(improvement, out / "probability_of_improvement", note=f"P(x > y) over goal types, {ci}")
+    note = (
+        f"P(final success of x > y), Agarwal et al.'s probability of improvement with goal types as its tasks, {ci}; "
+        "`claims` computes another one, P(AUC of x > y) over pairs of seeds"
+    )
+    paths += write_table(improvement, out / "improvement_per_goal_type", note=note)
     table = hyperparameters(experiment)
     note = (
         "From the runs' config.yaml (and done.json for what `auto` resolved to). Column `paper`: the paper's "

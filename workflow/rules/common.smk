@@ -12,7 +12,7 @@ from sacglam_core.pipeline.driver import Driver
 from sacglam_core.pipeline.experiments import ExperimentError, expand, load_definitions
 from sacglam_core.pipeline.outputs import expected_outputs
 from sacglam_core.pipeline.plan import Plan, PlanListener
-from sacglam_core.pipeline.runstate import MARKER
+from sacglam_core.runfiles import MARKER
 
 PYTHON = sys.executable  # the workflow's own interpreter (the project's virtualenv)
 try:
