@@ -461,6 +461,7 @@ ADDED_LATER: dict[tuple[str, str], object] = {
     ("sac", "actor_loss"): "reverse_kl",
     ("model", "compile"): False,
     ("", "ranks"): None,
+    ("checkpoint", "drill_at_steps"): None,
     **{("goals", f.name): f.default for f in fields(GoalsConfig)},
 }
 ADDED_SECTIONS = ("goals",)  # sections added after runs existed: left out when all their settings are defaults

@@ -404,6 +404,16 @@ def test_every_experiment_keeps_its_run_directories(definitions):
     assert directories == (Path(__file__).parent / "data" / "run_directories.txt").read_text().split()
 
 
+def test_a_setting_added_later_leaves_finished_runs_their_fingerprints(definitions):
+    """A finished run is found by its directory and trusted by the fingerprint its done.json records: a setting
+    added to the configuration must leave every earlier run's fingerprint as it was (config.ADDED_LATER), or every
+    finished run of a campaign reads as another configuration. tests/data/fingerprints.txt holds those of `smoke`
+    and `main` as the code before `checkpoint.drill_at_steps` computed them."""
+    runs = expand(definitions, ["smoke", "main"], "results", {"models": "resources/models"})
+    found = [f"{run.directory} {run.config.fingerprint}" for run in runs]
+    assert found == (Path(__file__).parent / "data" / "fingerprints.txt").read_text().splitlines()
+
+
 def test_the_longer_experiment_is_the_ten_seed_one_at_twice_its_steps(definitions):
     """mini_longer asks whether SAC-GLAM lacks only budget: its runs must differ from the demo's of the time (as
     mini_ten_seeds keeps it) in their step budget and seeds alone, with the same claims."""
