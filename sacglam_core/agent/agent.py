@@ -52,7 +52,7 @@ class GlamAgent(nn.Module):
         self.action_index = {a: i for i, a in enumerate(action_vocabulary or ())}
         widest = max((len(self.tokens.action(a)) for a in self.action_index), default=None)
         self.static_shapes = Shapes(max_candidates, widest, WIDTH_MULTIPLE)
-        # A CPU runs each batch at its own shapes: padding to the static ones cost it 15% of a demo run.
+        # A CPU runs each batch at its own shapes: 7% faster than the static ones (docs/benchmarks.md).
         lm.shapes = self.static_shapes if lm.device.type == "cuda" else Shapes()
         self.critic = Critic(lm, critic, len(self.action_index)) if critic else None
         self.value_head = ValueHead(lm) if value_head else None
