@@ -248,9 +248,9 @@ def test_summary_table_values_and_missing_seeds(experiment_dir):
 
 def test_every_ranking_experiment_evaluates_enough_episodes_for_a_standard_error_of_3_points():
     """At the worst case (every goal type at 0.5), the weighted final success of the paper's experiments and of
-    the demo has a standard error of at most 0.03."""
+    the demo has a standard error of at most 0.03 (not the install checks: smoke, gpu_smoke)."""
     definitions = load_definitions(ROOT / "workflow/config/experiments.yaml")
-    for name in [n for n in definitions["experiments"] if n != "smoke"]:
+    for name in [n for n in definitions["experiments"] if n not in ("smoke", "gpu_smoke")]:
         for run in paper_experiment_runs(name):
             needed = episodes_for_standard_error(run.config.env, 0.03)
             assert run.config.eval.episodes_per_type >= needed, (name, run.variant, needed)
@@ -355,8 +355,8 @@ def test_main_runs_the_papers_settings_and_mini_shows_its_differences():
     sac = mini.loc["Table 2: SAC-GLAM"]
     differing = set(sac.index[sac[DIFFERS] == "SAC-GLAM"])
     # the paper's regime (docs/studies/paper-regime.md): for time, the paper's critic read from the policy's pass
-    # without a target adapter and batches of 64; spans scaled with the run; a smaller model on a smaller task
-    assert {"Critic input", "sac.critic.target_lm", "Batch size"} <= differing
+    # and batches of 64, its target the paper's; spans scaled with the run; a smaller model on a smaller task
+    assert {"Critic input", "Batch size"} <= differing and "sac.critic.target_lm" not in differing
     assert {"Replay buffer capacity", "Critic warm-up (update cycles)"} <= differing
     assert {"Model", "Horizon", "Simplified (simple goals only)"} <= differing
     # every per-update setting is the paper's, the LoRA adapters included
@@ -368,7 +368,8 @@ def test_main_runs_the_papers_settings_and_mini_shows_its_differences():
     ppo = mini.loc["Table 1: PPO-GLAM"]
     ppo_differing = set(ppo.index[ppo[DIFFERS] == "PPO-GLAM"])
     assert {"Number of epochs per update", "Batch size"} <= ppo_differing  # for time, as SAC's batches
-    ppo_same = {"Number of transitions collected between two updates", "Learning rate", "Discount factor", "LoRA rank"}
+    assert "Number of transitions collected between two updates" in ppo_differing  # rollouts of 512: PPO's failure
+    ppo_same = {"Learning rate", "Discount factor", "LoRA rank"}
     assert ppo_same.isdisjoint(ppo_differing), ppo_same & ppo_differing
 
 
