@@ -235,15 +235,17 @@ def evaluation_flops(agent: GlamAgent, config: RunConfig) -> float:
 def update_costs(sac: SAC, index: np.ndarray, alpha: torch.Tensor) -> dict[str, Cost]:
     """One update on the rows `index`: its critic's half and its actor's."""
     batches, arrays = sac._batches([index])
+    arrays["env_steps"] = np.zeros((), dtype=np.float64)  # where a divergence would be recorded: any step
 
     def critic(b, t):
-        return sac._critic_update(b["taken"], b.get("following"), t["reward"], t["discount"], alpha)
+        return sac._critic_update(b["taken"], b.get("following"), t["reward"], t["discount"], alpha, t["env_steps"])
+
+    def actor(b, t):
+        return sac._actor_update(b["current"], alpha, t["env_steps"])
 
     return {
         "critic": measure(lambda: sac.agent.run("sac-critic", critic, batches, arrays)),
-        "actor": measure(
-            lambda: sac.agent.run("sac-actor", lambda b, _: sac._actor_update(b["current"], alpha), batches)
-        ),
+        "actor": measure(lambda: sac.agent.run("sac-actor", actor, batches, {"env_steps": arrays["env_steps"]})),
     }
 
 
