@@ -112,3 +112,30 @@ def test_measured_figures_become_the_rates_file_the_budget_prices_from(tmp_path)
     her = next(run for run in main if run.variant == "SAC-GLAM+HER")
     rate, source = budgeting.load_calibration(table, tmp_path / "results").rate(her.config, "H100")
     assert rate == pytest.approx(6.0 * 3600) and source == f"gpu_check measured {today}, whole run"
+
+
+def test_counting_flops_leaves_compiled_blocks_compiled(tiny_models):
+    """The FLOP count of a loop's first call runs under a dispatch mode, which torch.compile cannot trace: that call
+    runs the blocks eagerly and every later one runs them compiled (a GPU measured 'compiled' at the eager kernels'
+    count while the counter broke the blocks' compilation)."""
+    from types import SimpleNamespace
+
+    from torch._dynamo.utils import counters
+
+    from sacglam_core.agent import AgentConfig, GlamAgent
+    from sacglam_core.benchmarks.gpu_check import Counted
+    from sacglam_core.config import ModelConfig
+    from sacglam_core.envs import VectorPlayground
+    from sacglam_core.envs.playground import ACTION_VOCABULARY
+
+    model = ModelConfig(str(tiny_models["tiny-t5"]), compile=True)
+    agent = GlamAgent.from_config(AgentConfig(model), ACTION_VOCABULARY)
+    obs, infos = VectorPlayground(4, seed=0).reset()
+    batch = agent.batch(infos["goal"], obs, infos["possible_actions"])
+    algo = SimpleNamespace(act=lambda: agent.policy(batch)[0].log_probs)
+    counted = Counted(SimpleNamespace(algo=algo))
+    counters.clear()
+    first = algo.act()
+    assert counted.flops["act"] > 0 and counters["stats"]["unique_graphs"] == 0
+    torch.testing.assert_close(algo.act(), first, atol=1e-5, rtol=1e-5)
+    assert counters["stats"]["unique_graphs"] > 0

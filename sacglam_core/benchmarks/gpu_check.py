@@ -170,7 +170,8 @@ class Counted:
             self.calls[name] = self.calls.get(name, 0) + 1
             if self.calls[name] != self.CALLS[name]:
                 return original(*args, **kwargs)
-            with FlopCounterMode(display=False) as counter:
+            # compiled blocks cannot run under a dispatch mode: this one call runs them eagerly
+            with torch.compiler.set_stance("force_eager"), FlopCounterMode(display=False) as counter:
                 out = original(*args, **kwargs)
             self.flops[name] = counter.get_total_flops()
             return out
