@@ -414,6 +414,23 @@ def test_a_compiled_model_scores_as_the_eager_one(tiny_models, model):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
+def test_static_widths_only_grow_and_each_kind_apart():
+    """With static shapes a batch is as wide as the widest of its kind so far (a run's width combinations all
+    appear early); without, each batch is as wide as its own longest row."""
+    shapes = Shapes(candidates=2, action_width=2, width_multiple=WIDTH_MULTIPLE)
+
+    def widths(prompt_tokens: int, shapes: Shapes) -> tuple[int, int]:
+        host = collate([[1] * prompt_tokens], [[[5]]], 0, False, shapes=shapes, concat=lambda p, a: p + a)
+        return host.arrays["prompt_ids"].shape[1], host.arrays["concat_ids"].shape[2]
+
+    m = WIDTH_MULTIPLE
+    assert widths(3, shapes) == (m, m)
+    assert widths(m, shapes) == (m, 2 * m)  # the prompt + action row needs one more token
+    assert widths(2 * m + 1, shapes) == (3 * m, 3 * m)
+    assert widths(1, shapes) == (3 * m, 3 * m)
+    assert widths(1, Shapes(width_multiple=m)) == (m, m)
+
+
 def test_sampling_follows_the_policy_and_ignores_empty_slots():
     """Draws land on each candidate as often as its probability says, never on an empty slot, and the same generator
     state draws the same candidates whatever the number of empty slots (one uniform number per prompt)."""

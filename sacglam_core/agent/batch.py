@@ -2,8 +2,9 @@
 
 A batch holds B prompts and, for each, `Shapes.candidates` slots of candidate actions (the environment's most),
 each action padded to `Shapes.action_width` tokens (the action vocabulary's longest) and each prompt to a width
-rounded up to a multiple of `WIDTH_MULTIPLE`: a run's passes see a few shapes, so that one captured CUDA graph
-serves every call of a shape (agent/static.py). Padding is masked, so the mathematics is that of the unpadded
+rounded up to a multiple of `WIDTH_MULTIPLE` and never narrower than the process's widest so far: a run's passes
+see a few shapes, all of them early, so that one captured CUDA graph (and one compiled block) serves every call of
+a shape from then on (agent/static.py). Padding is masked, so the mathematics is that of the unpadded
 rows. An empty slot repeats its prompt's first candidate, so that every sequence a pass reads is a real one (no
 fully masked attention row, no non-finite value to mask later); `candidate_mask` leaves it out of every softmax,
 expectation and mean.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -38,11 +39,22 @@ class Shapes:
     """Tokens per action: the longest action of the action vocabulary."""
     width_multiple: int = 1
     """Prompt widths are rounded up to a multiple of this (WIDTH_MULTIPLE for captured graphs)."""
+    widest: dict[str, int] = field(default_factory=dict, compare=False)
+    """With static shapes, the widest prompt and prompt + action rows so far: widths only grow, so that a
+    run's combinations of widths stop appearing once its longest prompts have (each new one is a capture, and
+    with `model.compile` a compilation, inside the steady loop)."""
 
     @property
     def static(self) -> bool:
         """Whether batches take a few fixed shapes (rows too: the algorithms pad theirs to quarters of a batch)."""
         return self.candidates is not None
+
+    def width(self, kind: str, longest: int) -> int:
+        """The width of a batch of `kind` ("prompt" or "concat") whose longest row has `longest` tokens."""
+        width = round_up(longest, self.width_multiple)
+        if self.static:
+            width = self.widest[kind] = max(width, self.widest.get(kind, 0))
+        return width
 
 
 @dataclass
@@ -152,7 +164,7 @@ def collate(
     batch, count = len(prompts), len(flat)
     indices = action_index or [[-1] * n for n in sizes]
     index = np.asarray([idx + [idx[0]] * (slots - len(idx)) for idx in indices], dtype=np.int64)
-    width = round_up(max(map(len, prompts)), shapes.width_multiple)
+    width = shapes.width("prompt", max(map(len, prompts)))
     arrays = dict(zip(("prompt_ids", "prompt_mask"), pad_rows(prompts, pad_id, width, left_pad_prompts)))
     actions, action_mask = pad_rows(flat, pad_id, action_width)
     arrays |= {
@@ -163,6 +175,6 @@ def collate(
     }
     if concat is not None:
         rows = [concat(prompts[i // slots], a) for i, a in zip(range(count), flat)]
-        ids, mask = pad_rows(rows, pad_id, round_up(max(map(len, rows)), shapes.width_multiple), left_pad_prompts)
+        ids, mask = pad_rows(rows, pad_id, shapes.width("concat", max(map(len, rows))), left_pad_prompts)
         arrays |= {"concat_ids": ids.reshape(batch, slots, -1), "concat_mask": mask.reshape(batch, slots, -1)}
     return HostBatch(arrays, prompts, candidates, bool(action_index) and int(index.min()) >= 0)
