@@ -139,3 +139,19 @@ def test_counting_flops_leaves_compiled_blocks_compiled(tiny_models):
     assert counted.flops["act"] > 0 and counters["stats"]["unique_graphs"] == 0
     torch.testing.assert_close(algo.act(), first, atol=1e-5, rtol=1e-5)
     assert counters["stats"]["unique_graphs"] > 0
+
+
+def test_the_steady_window_counts_the_graphs_first_met_inside_it():
+    """A capture or a compilation inside SAC's steady window (the second half of its updating steps) slows the rate
+    it reports: the window says how many kinds of call it met first; those met before it do not count."""
+    from sacglam_core.benchmarks.gpu_check import Mark, rates
+
+    marks = [Mark(0, 0, 0.0, 0), Mark(8, 0, 1.0, 1)]  # acting only
+    marks += [Mark(8 * k, 2 * (k - 1), float(k), 1 + k) for k in range(2, 6)]  # a new kind at each updating step
+    marks += [Mark(48, 10, 6.0, 6), Mark(56, 12, 7.0, 6)]
+    steady, whole, updates_per_s, new = rates(marks, "sac")
+    # updating marks: steps 16..56 (6 marks); the window starts at the fourth, Mark(40, 8, 5.0, 6)
+    assert (steady, whole, updates_per_s, new) == (8.0, 8.0, 2.0, 0)
+    marks[-1] = Mark(56, 12, 7.0, 9)
+    assert rates(marks, "sac")[3] == 3
+    assert rates(marks, "ppo")[3] == 9  # PPO's window: from the start to its last update

@@ -96,6 +96,11 @@ class Graphs:
             self._side = torch.cuda.Stream(self.device)
 
     @property
+    def kinds(self) -> int:
+        """How many keys (kinds of call in their shapes) have been met; 0 where nothing is captured."""
+        return len(self._entries)
+
+    @property
     def captured(self) -> int:
         """How many graphs have been captured."""
         return sum(entry.graph is not None for entry in self._entries.values())

@@ -104,11 +104,13 @@ def run_config(variant: str, model: Path, device: str, mode: str, steps: int, ou
 
 @dataclass(frozen=True)
 class Mark:
-    """The loop after an environment step (or before the first): its environment steps, updates and clock."""
+    """The loop after an environment step (or before the first): its environment steps, updates, clock and the kinds
+    of captured call it has met."""
 
     steps: int
     updates: int
     seconds: float
+    graphs: int = 0
 
 
 @dataclass
@@ -125,14 +127,16 @@ class Figures:
     tflops: float | None = None  # during kernel time
     operator_calls_per_update: float | None = None  # host calls into torch's dispatcher
     capture_seconds: float = 0.0  # capturing graphs and compiling (the first calls of each shape)
+    new_graphs: int = 0  # kinds of call first met in the steady window: eager calls, a capture, a compilation each
     peak_memory_gib: float | None = None
     statistics: dict[str, float] | None = None  # the run's training statistics (the same in every mode, up to rounding)
 
 
-def rates(marks: list[Mark], algorithm: str) -> tuple[float, float, float]:
-    """(steady env steps/s, whole-run env steps/s, steady updates/s) from the marks of the measured steps; NaN for a
-    steady state that the marks do not reach. SAC's steady window starts halfway through its updating steps (its
-    first updates of each shape run eagerly, then are captured); PPO's covers whole rollout+update cycles."""
+def rates(marks: list[Mark], algorithm: str) -> tuple[float, float, float, int]:
+    """(steady env steps/s, whole-run env steps/s, steady updates/s, kinds of captured call first met in the steady
+    window) from the marks of the measured steps; NaN for a steady state that the marks do not reach. SAC's steady
+    window starts halfway through its updating steps (its first updates of each shape run eagerly, then are
+    captured); PPO's covers whole rollout+update cycles."""
 
     def per_second(first: Mark, last: Mark, what: str) -> float:
         seconds = last.seconds - first.seconds
@@ -147,6 +151,7 @@ def rates(marks: list[Mark], algorithm: str) -> tuple[float, float, float]:
         per_second(first, last, "steps"),
         per_second(marks[0], marks[-1], "steps"),
         per_second(first, last, "updates"),
+        last.graphs - first.graphs,
     )
 
 
@@ -216,7 +221,7 @@ def train(config: RunConfig, measured: int, profiled: int) -> tuple[Figures | No
     marks: list[Mark] = []
     window: dict = {}
     profiling = contextlib.ExitStack()
-    step = trainer._step
+    step, graphs = trainer._step, trainer.agent.graphs
 
     def timed(started: float) -> None:
         if cuda and trainer.env_steps == measured:
@@ -231,9 +236,9 @@ def train(config: RunConfig, measured: int, profiled: int) -> tuple[Figures | No
             window.update(updates=trainer.algo.updates - window["updates"], steps=trainer.env_steps - window["steps"])
             profiling.close()
         if not marks:
-            marks.append(Mark(trainer.env_steps, trainer.algo.updates, time.perf_counter()))
+            marks.append(Mark(trainer.env_steps, trainer.algo.updates, time.perf_counter(), graphs.kinds))
         step(started)
-        marks.append(Mark(trainer.env_steps, trainer.algo.updates, time.perf_counter()))
+        marks.append(Mark(trainer.env_steps, trainer.algo.updates, time.perf_counter(), graphs.kinds))
 
     trainer._step = timed
     with profiling:
@@ -242,10 +247,10 @@ def train(config: RunConfig, measured: int, profiled: int) -> tuple[Figures | No
         return None, ["the run did not finish"]
     with (Path(config.output_dir) / "metrics.csv").open() as f:
         last = list(csv.DictReader(f))[-1]
-    steady, whole_run, updates_per_s = rates([m for m in marks if m.steps <= measured], config.algorithm)
+    steady, whole_run, updates_per_s, new_graphs = rates([m for m in marks if m.steps <= measured], config.algorithm)
     statistics = {k: float(last[k]) for k in (*LOSSES, "mean_q", "entropy", "alpha") if last.get(k) not in (None, "")}
     spent = trainer.agent.graphs.seconds + compile_seconds() - compiled
-    figures = Figures(steady, whole_run, updates_per_s, capture_seconds=spent)
+    figures = Figures(steady, whole_run, updates_per_s, capture_seconds=spent, new_graphs=new_graphs)
     figures.statistics = statistics
     if cuda and "wall" in window:
         measured = profile_window(
@@ -270,14 +275,14 @@ def cell(value: float | None, form: str) -> str:
 
 def row(variant: str, mode: str, f: Figures | None, failed: list[str]) -> str:
     """The table's line of one run."""
-    cells = ["-"] * 11
+    cells = ["-"] * 12
     if f is not None:
         memory = cell(f.peak_memory_gib, ".1f")
         cells = [
             cell(f.steady, ".1f"), cell(f.whole_run, ".1f"), cell(f.updates_per_s, ".2f"),
             cell(f.kernel_ms_per_update, ".0f"), cell(f.kernels_per_update, ",.0f"), cell(f.kernel_ms_per_step, ".0f"),
             cell(f.busy, ".0%"), cell(f.tflops, ".1f"), cell(f.operator_calls_per_update, ",.0f"),
-            f"{f.capture_seconds:.0f}", memory + ("" if memory == "-" else " GiB"),
+            f"{f.capture_seconds:.0f}", str(f.new_graphs), memory + ("" if memory == "-" else " GiB"),
         ]  # fmt: skip
     checks = "; ".join(failed) or "LoRA trained, losses finite"
     return f"| {variant} | {mode} | {' | '.join(cells)} | {checks} |"
@@ -286,7 +291,7 @@ def row(variant: str, mode: str, f: Figures | None, failed: list[str]) -> str:
 HEADER = (
     "| variant | mode | env steps/s, steady | whole run | updates/s | kernel ms / update | kernels / update "
     "| kernel ms / env step | GPU busy | TFLOP/s in kernels | operator calls / update | capture+compile s "
-    "| peak memory | checks |\n" + "| --- " * 14 + "|"
+    "| graphs new in steady window | peak memory | checks |\n" + "| --- " * 15 + "|"
 )
 
 
@@ -438,7 +443,9 @@ def main() -> int:
                 print(row(variant, mode, figures, failed), flush=True)
     print(
         f"\nsteady: SAC from the middle of its updating steps, PPO over whole rollout+update cycles, within the first "
-        f"{args.steps} steps; kernels: {'the ' + str(args.profile_steps) + ' steps after them' if cuda else 'no GPU'}"
+        f"{args.steps} steps; kernels: {'the ' + str(args.profile_steps) + ' steps after them' if cuda else 'no GPU'}; "
+        f"a steady rate is clean where no graph is new in its window (each new one: eager calls, a capture and, "
+        f"compiled, a compilation)"
     )
     if failures:
         print("rates not written: a check failed")
