@@ -101,13 +101,14 @@ class Monitor:
         self.last_scalars = (elapsed, env_steps)
         return True
 
-    def progress(self, env_steps: int, elapsed: float) -> None:
-        """After each environment step and its evaluation (all ranks): the progress line when due."""
+    def progress(self, env_steps: int, elapsed: float, setup: str = "") -> None:
+        """After each environment step and its evaluation (all ranks): the progress line when due; `setup` says what
+        capturing and compiling have cost so far (where they run)."""
         due = env_steps // self.progress_every > self.last_line[1] // self.progress_every
         if not (due or env_steps >= self.config.total_steps):
             return
         counts = self.ranks.sum([float(n) for n in self.line_window])
-        self._progress(env_steps, elapsed, counts)
+        self._progress(env_steps, elapsed, counts, setup)
         self.line_window = [0, 0]
         self.last_line = (elapsed, env_steps)
 
@@ -153,7 +154,7 @@ class Monitor:
         if self.wandb is not None:
             self.wandb.log({f"{group}/{key}": value for key, value in values.items()}, step=step)
 
-    def _progress(self, env_steps: int, elapsed: float, counts: list[float]) -> None:
+    def _progress(self, env_steps: int, elapsed: float, counts: list[float], setup: str) -> None:
         if not self.ranks.is_main:
             return
         total = self.config.total_steps
@@ -166,7 +167,7 @@ class Monitor:
         evaluation = f", evaluation {self.last_eval[1]:.3f} at {self.last_eval[0]:,}" if self.last_eval else ""
         print(
             f"{datetime.now():%Y-%m-%d %H:%M:%S} {self.name}: {env_steps:,}/{total:,} steps "
-            f"({100 * env_steps / total:.0f}%), {rate:.2f} steps/s, {episodes}{evaluation}, "
+            f"({100 * env_steps / total:.0f}%), {rate:.2f} steps/s, {episodes}{evaluation}{setup}, "
             f"ETA {duration(eta) if env_steps < total else 'done'}",
             file=sys.stderr,
             flush=True,

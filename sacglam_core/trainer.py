@@ -46,7 +46,7 @@ from sacglam_core.lease import LeaseHeldError, RunLease
 from sacglam_core.metrics import MetricsFile, evaluates_at
 from sacglam_core.models.hub import hub_offline
 from sacglam_core.models.loading import adapter_norm, hub_commit, lora_target_modules
-from sacglam_core.monitor import Monitor
+from sacglam_core.monitor import Monitor, duration
 from sacglam_core.trajectories import EpisodeRecorder
 
 # What a checkpoint holds; 1 was before checkpoints carried the metrics rows and the thread count.
@@ -123,6 +123,7 @@ class Trainer:
         torch.manual_seed(config.seed)  # the same initial heads on every rank
         sac = config.algorithm == "sac"
         agent_config = dataclasses.replace(AgentConfig.of_run(config), model=model)
+        self._compiled_before = compile_seconds()  # the process's own count: other trainers' compilations are not ours
         self.agent = GlamAgent.from_config(agent_config, ACTION_VOCABULARY)
         self.model_sha256 = _weights_sha256(model)
         self.shards = [Shard.of_rank(config, rank, ranks.total, self.agent.tokens) for rank in ranks.held]
@@ -248,7 +249,7 @@ class Trainer:
                        "eval_success": self._last_success, "world": self.ranks.world, "weight_checksums": checksums,
                        **self._hardware(), **self._as_run(), "threads": self.threads,
                        "capture_seconds": round(self.agent.graphs.seconds, 1),
-                       "compile_seconds": round(compile_seconds(), 1),
+                       "compile_seconds": round(compile_seconds() - self._compiled_before, 1),
                        "fingerprint": self.config.fingerprint}  # fmt: skip
             atomic_write(self.out / "done.json", json.dumps(summary, indent=1).encode())
         return 0
@@ -290,10 +291,18 @@ class Trainer:
             self._check_health()  # the statistics were just read: the losses' health comes with them
         if evaluates_at(self.config, self.env_steps):
             self._log_row()
-        self.monitor.progress(self.env_steps, self.elapsed)
+        self.monitor.progress(self.env_steps, self.elapsed, self._setup_cost())
         every = self.config.checkpoint.every_updates
         if self.algo.updates // every > updates_before // every:
             self._save()
+
+    def _setup_cost(self) -> str:
+        """What capturing graphs and compiling blocks have cost this process, for the progress line ("" where
+        neither runs): the first calls of each shape are slower, and this says by how much."""
+        graphs, compiled = self.agent.graphs, compile_seconds() - self._compiled_before
+        if not (graphs.enabled or compiled):
+            return ""
+        return f", {graphs.captured} graphs captured, capture+compile {duration(graphs.seconds + compiled)}"
 
     def _stop(self, new_steps: bool) -> int:
         """Checkpoint what this process added (if anything) and say "requeue me"."""

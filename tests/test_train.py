@@ -625,3 +625,26 @@ def test_wandb_offline_writes_a_run_for_wandb_sync_and_the_same_metrics(tmp_path
         outs[name] = config.parent / "out"
     assert list((outs["wandb"] / "wandb").glob("offline-run-*/run-*.wandb"))  # what `wandb sync` uploads
     assert without_timing(rows(outs["wandb"])) == without_timing(rows(outs["plain"]))
+
+
+def test_the_progress_line_says_what_compiling_cost_this_run_alone(tmp_path, tiny_models, capsys):
+    """With `model.compile`, the progress lines and done.json give the run's compile time; a later run in the same
+    process that compiles nothing says nothing of it (the process's count includes the earlier run's)."""
+    from sacglam_core.config import load_config
+    from sacglam_core.trainer import Trainer
+
+    # few steps: the CPU's batches take their own shapes, and each new one compiles (a minute or two, cold)
+    settings = {"total_steps": 16, "eval": {"every_steps": 16, "episodes_per_type": 1, "test_episodes": 1}}
+    monitor = {"tensorboard": False, "progress_every_steps": 8}
+    for name, compiled in (("compiled", True), ("eager", False)):
+        config = write_config(tmp_path / name / "run.yaml", tiny_models["tiny-t5"], **PPO_KL, **settings,
+                              model={"compile": compiled}, monitor=monitor)  # fmt: skip
+        assert Trainer(load_config(config)).run() == 0
+        lines = [line for line in capsys.readouterr().err.splitlines() if "/16 steps (" in line]
+        seconds = json.loads((config.parent / "out" / runfiles.DONE).read_text())["compile_seconds"]
+        assert len(lines) == 2
+        if compiled:
+            spent = r", 0 graphs captured, capture\+compile \d+ (s|min), ETA"  # minutes with a cold inductor cache
+            assert seconds > 0 and all(re.search(spent, x) for x in lines), lines
+        else:
+            assert seconds == 0 and not any("capture+compile" in x for x in lines), lines
