@@ -29,6 +29,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -101,14 +102,14 @@ class Monitor:
         self.last_scalars = (elapsed, env_steps)
         return True
 
-    def progress(self, env_steps: int, elapsed: float, setup: str = "") -> None:
-        """After each environment step and its evaluation (all ranks): the progress line when due; `setup` says what
-        capturing and compiling have cost so far (where they run)."""
+    def progress(self, env_steps: int, elapsed: float, setup: Callable[[], str] = str) -> None:
+        """After each environment step and its evaluation (all ranks): the progress line when due; `setup()` says
+        what capturing and compiling have cost so far (where they run), asked only for a line."""
         due = env_steps // self.progress_every > self.last_line[1] // self.progress_every
         if not (due or env_steps >= self.config.total_steps):
             return
         counts = self.ranks.sum([float(n) for n in self.line_window])
-        self._progress(env_steps, elapsed, counts, setup)
+        self._progress(env_steps, elapsed, counts, setup())
         self.line_window = [0, 0]
         self.last_line = (elapsed, env_steps)
 

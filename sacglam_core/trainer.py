@@ -249,7 +249,7 @@ class Trainer:
                        "eval_success": self._last_success, "world": self.ranks.world, "weight_checksums": checksums,
                        **self._hardware(), **self._as_run(), "threads": self.threads,
                        "capture_seconds": round(self.agent.graphs.seconds, 1),
-                       "compile_seconds": round(compile_seconds() - self._compiled_before, 1),
+                       "compile_seconds": round(self.compile_seconds(), 1),
                        "fingerprint": self.config.fingerprint}  # fmt: skip
             atomic_write(self.out / "done.json", json.dumps(summary, indent=1).encode())
         return 0
@@ -291,15 +291,19 @@ class Trainer:
             self._check_health()  # the statistics were just read: the losses' health comes with them
         if evaluates_at(self.config, self.env_steps):
             self._log_row()
-        self.monitor.progress(self.env_steps, self.elapsed, self._setup_cost())
+        self.monitor.progress(self.env_steps, self.elapsed, self._setup_cost)
         every = self.config.checkpoint.every_updates
         if self.algo.updates // every > updates_before // every:
             self._save()
 
+    def compile_seconds(self) -> float:
+        """Seconds this run has spent compiling (`model.compile`), not counting other runs in its process."""
+        return compile_seconds() - self._compiled_before
+
     def _setup_cost(self) -> str:
-        """What capturing graphs and compiling blocks have cost this process, for the progress line ("" where
-        neither runs): the first calls of each shape are slower, and this says by how much."""
-        graphs, compiled = self.agent.graphs, compile_seconds() - self._compiled_before
+        """What capturing graphs and compiling blocks have cost this run, for the progress line ("" where neither
+        runs): the first calls of each shape are slower, and this says by how much."""
+        graphs, compiled = self.agent.graphs, self.compile_seconds()
         if not (graphs.enabled or compiled):
             return ""
         return f", {graphs.captured} graphs captured, capture+compile {duration(graphs.seconds + compiled)}"

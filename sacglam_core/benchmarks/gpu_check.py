@@ -45,7 +45,6 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from sacglam_core.agent.lm import compile_seconds
 from sacglam_core.benchmarks import add_threads_argument, pin_threads, positive
 from sacglam_core.config import RunConfig, parse_config
 from sacglam_core.models.loading import resolve_dtype
@@ -214,7 +213,6 @@ def train(config: RunConfig, measured: int, profiled: int) -> tuple[Figures | No
     cuda = config.model.device.startswith("cuda")
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    compiled = compile_seconds()
     trainer = Trainer(config)
     counted = Counted(trainer)
     lora = [p.detach().clone() for p in trainer.agent.lm.parameters_of()]
@@ -249,7 +247,7 @@ def train(config: RunConfig, measured: int, profiled: int) -> tuple[Figures | No
         last = list(csv.DictReader(f))[-1]
     steady, whole_run, updates_per_s, new_graphs = rates([m for m in marks if m.steps <= measured], config.algorithm)
     statistics = {k: float(last[k]) for k in (*LOSSES, "mean_q", "entropy", "alpha") if last.get(k) not in (None, "")}
-    spent = trainer.agent.graphs.seconds + compile_seconds() - compiled
+    spent = trainer.agent.graphs.seconds + trainer.compile_seconds()
     figures = Figures(steady, whole_run, updates_per_s, capture_seconds=spent, new_graphs=new_graphs)
     figures.statistics = statistics
     if cuda and "wall" in window:
