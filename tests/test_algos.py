@@ -250,3 +250,49 @@ def test_ppo_measures_the_kl_of_an_update_on_the_rollouts_own_states(tiny_models
         before[row, : len(log_probs)] = torch.as_tensor(log_probs)
     expected = (before.exp() * after.mask * (before - after.log_probs)).sum(1).mean().item()
     assert expected > 0 and algo.pop_stats()["policy_kl"] == pytest.approx(expected, rel=1e-4)
+
+
+def test_with_static_shapes_an_update_is_one_graph_measured_or_not_whatever_share_bootstraps(tiny_models):
+    """A GPU replays each kind of call in its shapes from a graph of its own (with `model.compile`, a compilation):
+    the update keeps one key whether the policy's KL is measured or not, its s_{t+n} rows fill the batch whatever
+    the share that bootstraps, and acting batches pad their rows to a power of two, dropped after the pass."""
+    config = run_config(
+        tiny_models["tiny-t5"], "sac", sac={"batch_size": 8, "warmup_cycles": 0, "updates_per_cycle": 1}
+    )
+    config = dataclasses.replace(config, monitor=dataclasses.replace(config.monitor, policy_kl_every=2))
+    torch.manual_seed(0)
+    agent = GlamAgent.from_config(AgentConfig.of_run(config), ACTION_VOCABULARY)
+    algo = SAC(agent, config, Ranks(), goal_type_prior(config.env))
+    for episode in rollout(agent, config)[0]:
+        algo.add(episode)
+    agent.use_static_shapes()
+    keys, rows = [], []
+    run = agent.graphs.run
+
+    def spy(key, fn, inputs):
+        keys.append(key)
+        rows.append(next(iter(inputs.tensors.values())).shape[0])
+        return run(key, fn, inputs)
+
+    agent.graphs.run = spy
+    sample, following = algo._batches, []
+
+    def recorded(index):
+        batches = sample(index)
+        following.append(batches[0]["following"])
+        return batches
+
+    algo._batches = recorded
+    for _ in range(4):
+        algo.update(None, env_steps=10_000)
+    assert {len(batch.prompt_tokens) for batch in following} == {8}
+    assert len({key for key in keys if key[0] == "sac"}) == 1
+    assert "policy_kl" in algo.pop_stats()
+
+    host = agent.collate([[3, 4, 5]] * 5, [[[6], [7, 8]]] * 5)
+    rows.clear()
+    policy = agent.acting_policy(host)
+    assert rows == [8] and policy.log_probs.shape[0] == 5
+    agent.lm.shapes = type(agent.lm.shapes)()  # each batch's own shapes, as on a CPU
+    plain = agent.acting_policy(agent.collate([[3, 4, 5]] * 5, [[[6], [7, 8]]] * 5))
+    torch.testing.assert_close(policy.log_probs[:, :2], plain.log_probs)

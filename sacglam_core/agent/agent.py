@@ -182,12 +182,15 @@ class GlamAgent(nn.Module):
         return choice.tolist()
 
     def acting_policy(self, host: HostBatch) -> CandidateDistribution:
-        """The policy over a batch's candidates, without gradients (a captured pass on a GPU)."""
+        """The policy over a batch's candidates, without gradients (a captured pass on a GPU, its rows padded to a
+        few counts and dropped after the pass)."""
 
         @torch.no_grad()
         def scores(batches: dict[str, CandidateBatch], _) -> Outputs:
             policy, _ = self.policy(batches["states"])
             return {"log_probs": policy.log_probs, "mask": policy.mask}
 
+        prompts = len(host.prompt_tokens)
+        host = host.padded(self.lm.shapes.rows(prompts)).without_concat()
         out = self.run("act", scores, {"states": host})
-        return CandidateDistribution(out["log_probs"], out["mask"])
+        return CandidateDistribution(out["log_probs"][:prompts], out["mask"][:prompts])

@@ -40,14 +40,22 @@ class Shapes:
     width_multiple: int = 1
     """Prompt widths are rounded up to a multiple of this (WIDTH_MULTIPLE for captured graphs)."""
     widest: dict[str, int] = field(default_factory=dict, compare=False)
-    """With static shapes, the widest prompt and prompt + action rows so far: widths only grow, so that a
-    run's combinations of widths stop appearing once its longest prompts have (each new one is a capture, and
-    with `model.compile` a compilation, inside the steady loop)."""
+    """With static shapes, the widest prompt and prompt + action rows so far: widths only grow, and prompt + action
+    rows are as wide as the widest prompt with the longest action, so that a run's combinations of widths stop
+    appearing once its longest prompts have (each new one is a capture, and with `model.compile` a compilation,
+    inside the steady loop)."""
 
     @property
     def static(self) -> bool:
-        """Whether batches take a few fixed shapes (rows too: the algorithms pad theirs to quarters of a batch)."""
+        """Whether batches take a few fixed shapes, rows too: acting batches are padded to a power of two (`rows`),
+        SAC's s_{t+n} rows to its whole batch, PPO's minibatches to quarters."""
         return self.candidates is not None
+
+    def rows(self, prompts: int) -> int:
+        """The rows of an acting batch of `prompts` prompts: with static shapes the next power of two, since an
+        evaluation plays its episodes together and its batches shrink as they end (a few shapes, not one per
+        count)."""
+        return 1 << (prompts - 1).bit_length() if self.static else prompts
 
     def width(self, kind: str, longest: int) -> int:
         """The width of a batch of `kind` ("prompt" or "concat") whose longest row has `longest` tokens."""
@@ -105,6 +113,24 @@ class HostBatch:
     def sizes(self) -> list[int]:
         """Candidates per prompt."""
         return [len(c) for c in self.candidate_tokens]
+
+    def padded(self, rows: int) -> HostBatch:
+        """The batch with copies of its first prompt (and its candidates) appended up to `rows` prompts."""
+        extra = rows - len(self.prompt_tokens)
+        if extra <= 0:
+            return self
+        arrays = {k: np.concatenate([a, np.repeat(a[:1], extra, 0)]) for k, a in self.arrays.items()}
+        return HostBatch(
+            arrays,
+            self.prompt_tokens + self.prompt_tokens[:1] * extra,
+            self.candidate_tokens + self.candidate_tokens[:1] * extra,
+            self.indexed,
+        )
+
+    def without_concat(self) -> HostBatch:
+        """The batch without the paper's critic's prompt + action rows (for a pass of the policy alone)."""
+        arrays = {k: a for k, a in self.arrays.items() if not k.startswith("concat_")}
+        return HostBatch(arrays, self.prompt_tokens, self.candidate_tokens, self.indexed)
 
     def on(self, tensors: dict[str, torch.Tensor]) -> CandidateBatch:
         """The batch over `tensors`, the staged copies of `arrays` (same names)."""
@@ -175,6 +201,9 @@ def collate(
     }
     if concat is not None:
         rows = [concat(prompts[i // slots], a) for i, a in zip(range(count), flat)]
-        ids, mask = pad_rows(rows, pad_id, shapes.width("concat", max(map(len, rows))), left_pad_prompts)
+        longest = max(map(len, rows))
+        if shapes.static:  # as wide as the widest prompt with the longest action: it grows only when prompts do
+            longest = max(longest, width + action_width)
+        ids, mask = pad_rows(rows, pad_id, shapes.width("concat", longest), left_pad_prompts)
         arrays |= {"concat_ids": ids.reshape(batch, slots, -1), "concat_mask": mask.reshape(batch, slots, -1)}
     return HostBatch(arrays, prompts, candidates, bool(action_index) and int(index.min()) >= 0)

@@ -151,8 +151,9 @@ class SAC:
         share of the batch is the same size, so the mean over the rows is the mean of the ranks' means). The rows
         that bootstrap come first; a row whose n steps end the episode has discount 0, its target is the reward
         alone and s_{t+n} need not go through the LLM (HER's copies end in success, so they are often most of a
-        batch). The s_{t+n} batch holds them padded to a multiple of a quarter of the batch with copies of its first
-        row, so that its passes have one of four shapes (or none when no row bootstraps)."""
+        batch). With static shapes the s_{t+n} batch holds them padded to the whole batch with copies of its first
+        row, so that its passes have one shape whatever the share that bootstraps (a captured graph, and with
+        `model.compile` a compilation, per share would keep appearing late in a run); none when no row bootstraps."""
         parts = [buffer.rows(index) for buffer, index in zip(self.buffers, indices)]
         rows = {k: _concatenate([part[k] for part in parts]) for k in parts[0]}
         order = np.argsort(rows["discount"] <= 0, kind="stable")
@@ -169,8 +170,7 @@ class SAC:
         }
         bootstrap = int((rows["discount"] > 0).sum())
         if bootstrap:
-            quarter = max(1, len(order) // 4) if agent.lm.shapes.static else 1
-            kept = list(range(bootstrap)) + [0] * (-bootstrap % quarter)
+            kept = list(range(bootstrap)) + [0] * ((len(order) if agent.lm.shapes.static else bootstrap) - bootstrap)
             later = [rows["next_candidates"][i] for i in kept]
             batches["following"] = agent.collate(
                 [tokens.join(goals[i], rows["next_obs"][i]) for i in kept],
@@ -185,16 +185,20 @@ class SAC:
         strategy = her.sampling if her.enabled else "uniform"
         batches, arrays = self._batches([b.sample(self.batch_size, strategy, her.her_fraction) for b in self.buffers])
         every = self.config.monitor.policy_kl_every
-        measure = bool(every and self.updates % every == 0)
         warming_up = self.warming_up(env_steps)
         arrays["env_steps"] = np.asarray(env_steps, dtype=np.float64)
+        # The whole update's change of pi (a critic that shares the policy's weights moves it too, warm-up included),
+        # measured by passes of their own: the update stays one graph whether or not it is measured.
+        before = self.agent.acting_policy(batches["current"]) if every and self.updates % every == 0 else None
         stats = self.agent.run(
             "sac",
-            lambda b, t: self._learn(b, t["reward"], t["discount"], t["env_steps"], warming_up, measure),
+            lambda b, t: self._learn(b, t["reward"], t["discount"], t["env_steps"], warming_up),
             batches,
             arrays,
-            flags=(warming_up, measure),
+            flags=(warming_up,),
         )
+        if before is not None:
+            stats["policy_kl"] = before.kl(self.agent.acting_policy(batches["current"])).mean()
         self.stats.add(**stats)
         if not warming_up:
             self.actor_schedule.step()  # a learning rate held as a tensor: the next replay reads the new value
@@ -207,24 +211,13 @@ class SAC:
         discount: torch.Tensor,
         env_steps: torch.Tensor,
         warming_up: bool,
-        measure: bool,
     ) -> dict[str, torch.Tensor]:
         """One gradient update on staged tensors, device work alone (a captured graph on a GPU); its statistics. Its
         losses and gradients' norms go to `health`, which tells divergence."""
-        current = batches["current"]
         alpha = self.log_alpha.exp().detach()
-        stats = {}
-        if measure:
-            # The whole update's change of pi: a critic that shares the policy's weights moves it too, warm-up included.
-            with torch.no_grad():
-                before, _ = self.agent.policy(current)
-        stats |= self._critic_update(batches["taken"], batches.get("following"), reward, discount, alpha, env_steps)
+        stats = self._critic_update(batches["taken"], batches.get("following"), reward, discount, alpha, env_steps)
         if not warming_up:
-            stats |= self._actor_update(current, alpha, env_steps)
-        if measure:
-            with torch.no_grad():
-                after, _ = self.agent.policy(current)
-            stats["policy_kl"] = before.kl(after).mean()
+            stats |= self._actor_update(batches["current"], alpha, env_steps)
         self.agent.critic.update_target(self.agent.lm)
         self.health.finish_update()
         return stats
