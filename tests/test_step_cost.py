@@ -1,4 +1,5 @@
-"""The FLOP and memory accounting at the Flan-T5-base shape runs end to end (slow: run with `pytest -m slow`)."""
+"""The FLOP and memory accounting at the Flan-T5-base shape: its agent counts the GPU's static shapes; end to end
+(slow: run with `pytest -m slow`)."""
 
 import re
 import subprocess
@@ -8,6 +9,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_counted_agent_pads_its_batches_as_a_gpu_run_does():
+    """FLOPs counted at the GPU's shapes: every prompt with the environment's most candidate slots."""
+    from sacglam_core.benchmarks.step_cost import counting_agent, paper_config
+
+    config = paper_config("sac", her=True)
+    agent = counting_agent(config)
+    host = agent.collate([[3, 4, 5]], [[[6], [7]]])
+    assert agent.lm.shapes.static and host.arrays["action_ids"].shape[1] == config.env.max_candidates > 2
 
 
 @pytest.mark.slow

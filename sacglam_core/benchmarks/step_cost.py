@@ -163,8 +163,10 @@ def counting_agent(config: RunConfig, hf_config=None) -> GlamAgent:
         if config.model.lora is not None:  # 4-bit weights compute in bf16: the same FLOPs
             model = add_lora(model, dataclasses.replace(config.model, load_in_4bit=False), architecture)
         lm = GlamLM(model, build_tokenizer(add_eos=seq2seq), architecture)
-        agent = GlamAgent(lm, config.sac.critic if sac else None, not sac, ACTION_VOCABULARY)
-        agent.use_static_shapes()  # the shapes a GPU run replays
+        agent = GlamAgent(
+            lm, config.sac.critic if sac else None, not sac, ACTION_VOCABULARY, max_candidates=config.env.max_candidates
+        )
+        agent.use_static_shapes()  # the shapes a GPU run replays: candidate slots, widths and rows padded
         return agent
 
 
