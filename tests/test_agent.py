@@ -415,9 +415,8 @@ def test_a_compiled_model_scores_as_the_eager_one(tiny_models, model):
 
 
 def test_static_widths_only_grow_and_each_kind_apart():
-    """With static shapes a batch is as wide as the widest of its kind so far, and its prompt + action rows as the
-    widest prompt with the longest action (a run's width combinations all appear early); without, each batch is as
-    wide as its own longest row."""
+    """With static shapes a batch is as wide as the widest of its kind so far (a run's width combinations all
+    appear early); without, each batch is as wide as its own longest row."""
     shapes = Shapes(candidates=2, action_width=2, width_multiple=WIDTH_MULTIPLE)
 
     def widths(prompt_tokens: int, shapes: Shapes) -> tuple[int, int]:
@@ -425,10 +424,10 @@ def test_static_widths_only_grow_and_each_kind_apart():
         return host.arrays["prompt_ids"].shape[1], host.arrays["concat_ids"].shape[2]
 
     m = WIDTH_MULTIPLE
-    assert widths(3, shapes) == (m, 2 * m)  # room for the longest action (2 tokens) after the widest prompt
-    assert widths(m, shapes) == (m, 2 * m)
-    assert widths(2 * m + 1, shapes) == (3 * m, 4 * m)
-    assert widths(1, shapes) == (3 * m, 4 * m)
+    assert widths(3, shapes) == (m, m)
+    assert widths(m, shapes) == (m, 2 * m)  # the prompt + action row needs one more token
+    assert widths(2 * m + 1, shapes) == (3 * m, 3 * m)
+    assert widths(1, shapes) == (3 * m, 3 * m)
     assert widths(1, Shapes(width_multiple=m)) == (m, m)
 
 

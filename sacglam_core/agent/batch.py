@@ -40,10 +40,9 @@ class Shapes:
     width_multiple: int = 1
     """Prompt widths are rounded up to a multiple of this (WIDTH_MULTIPLE for captured graphs)."""
     widest: dict[str, int] = field(default_factory=dict, compare=False)
-    """With static shapes, the widest prompt and prompt + action rows so far: widths only grow, and prompt + action
-    rows are as wide as the widest prompt with the longest action, so that a run's combinations of widths stop
-    appearing once its longest prompts have (each new one is a capture, and with `model.compile` a compilation,
-    inside the steady loop)."""
+    """With static shapes, the widest prompt and prompt + action rows so far: widths only grow, so that a
+    run's combinations of widths stop appearing once its longest prompts have (each new one is a capture, and
+    with `model.compile` a compilation, inside the steady loop)."""
 
     @property
     def static(self) -> bool:
@@ -201,9 +200,6 @@ def collate(
     }
     if concat is not None:
         rows = [concat(prompts[i // slots], a) for i, a in zip(range(count), flat)]
-        longest = max(map(len, rows))
-        if shapes.static:  # as wide as the widest prompt with the longest action: it grows only when prompts do
-            longest = max(longest, width + action_width)
-        ids, mask = pad_rows(rows, pad_id, shapes.width("concat", longest), left_pad_prompts)
+        ids, mask = pad_rows(rows, pad_id, shapes.width("concat", max(map(len, rows))), left_pad_prompts)
         arrays |= {"concat_ids": ids.reshape(batch, slots, -1), "concat_mask": mask.reshape(batch, slots, -1)}
     return HostBatch(arrays, prompts, candidates, bool(action_index) and int(index.min()) >= 0)
