@@ -170,7 +170,8 @@ class SAC:
         }
         bootstrap = int((rows["discount"] > 0).sum())
         if bootstrap:
-            kept = list(range(bootstrap)) + [0] * ((len(order) if agent.lm.shapes.static else bootstrap) - bootstrap)
+            size = len(order) if agent.lm.shapes.static else bootstrap
+            kept = list(range(bootstrap)) + [0] * (size - bootstrap)
             later = [rows["next_candidates"][i] for i in kept]
             batches["following"] = agent.collate(
                 [tokens.join(goals[i], rows["next_obs"][i]) for i in kept],
