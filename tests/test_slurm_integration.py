@@ -64,13 +64,14 @@ def cluster(tmp_path_factory):
         subprocess.run(["bash", str(SCRIPT), "stop", state], timeout=300)
 
 
-def release_requeued_jobs(env: dict, stop: threading.Event) -> None:
-    """SLURM holds a requeued job for about 2 minutes (BeginTime); let it start at once."""
+def release_requeued_jobs(env: dict, stop: threading.Event, time_min: int) -> None:
+    """SLURM holds a requeued job for about 2 minutes (BeginTime); let it start at once, with `time_min` minutes:
+    an attempt after a time limit then finishes the run whatever the machine's speed."""
     while not stop.wait(2):
         for line in slurm("squeue", "-h", "-t", "PD", "-o", "%i %r", env=env).splitlines():
             job, reason = line.split(maxsplit=1)
             if reason.strip() == "BeginTime":
-                slurm("scontrol", "update", f"JobId={job}", "StartTime=now", env=env)
+                slurm("scontrol", "update", f"JobId={job}", "StartTime=now", f"TimeLimit={time_min}", env=env)
 
 
 def smoke_definitions(tmp_path: Path, variants=("PPO-GLAM", "SAC-GLAM+HER"), steps: dict | None = None) -> Path:
@@ -145,9 +146,12 @@ def running_job(runs, env: dict) -> str | None:
 
 
 def test_smoke_experiment_through_sbatch_with_requeue(cluster, tmp_path):
-    experiments = smoke_definitions(tmp_path, steps={"SAC-GLAM+HER": 4096})  # outlives the 2-minute time limit
+    # SLURM signals a job up to 60 s before the time given (`sbatch --signal`): with 2 minutes and signal_delay_s=45,
+    # between 15 and 75 s into the job. 8,192 steps of SAC-GLAM+HER take about 2 minutes on an AMD EPYC core
+    # (4,096 took 63 s and sometimes finished unsignalled), so the first attempt is always stopped.
+    experiments = smoke_definitions(tmp_path, steps={"SAC-GLAM+HER": 8192})
     stop = threading.Event()
-    releaser = threading.Thread(target=release_requeued_jobs, args=(cluster, stop), daemon=True)
+    releaser = threading.Thread(target=release_requeued_jobs, args=(cluster, stop, 10), daemon=True)
     releaser.start()
     try:
         result = snakemake(config(tmp_path, experiments, time_min=2), cluster)
