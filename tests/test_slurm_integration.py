@@ -327,7 +327,8 @@ def test_sbatch_test_only_refuses_a_bad_partition_before_submitting(cluster, tmp
 
 
 def test_a_users_scancel_is_not_undone(cluster, tmp_path):
-    experiments = smoke_definitions(tmp_path, variants=("PPO-GLAM",))
+    # A run far longer than the test (it is cancelled): it cannot finish before the scancel, whatever the machine.
+    experiments = smoke_definitions(tmp_path, variants=("PPO-GLAM",), steps={"PPO-GLAM": 65536})
     (run,) = expand(
         load_definitions(experiments), ["smoke"], tmp_path / "results", {"models": str(tmp_path / "models")}
     )
