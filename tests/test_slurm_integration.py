@@ -121,17 +121,16 @@ def wait_for(condition, seconds: float, what: str):
         time.sleep(1)
 
 
-def jobs_named(name: str, env: dict) -> list[tuple[str, str]]:
-    """(job id, state) of every job with this name in accounting, requeues counted once."""
-    out = slurm("sacct", "-X", "-n", "-P", "-o", "JobID,State", f"--name={name}", "-S", "now-1days", env=env)
+def accounted(env: dict, *selection: str) -> list[tuple[str, str]]:
+    """(job id, state) of every job sacct selects, requeues counted once; none until slurmdbd has them."""
+    out = slurm("sacct", "-X", "-n", "-P", "-o", "JobID,State", *selection, env=env)
     rows = [line.split("|") for line in out.splitlines() if line.strip()]
     return sorted({(job, state.split()[0]) for job, state in rows})  # "CANCELLED by 0" -> CANCELLED
 
 
-def accounted_state(job: str, env: dict) -> str:
-    """The job's state in accounting ("CANCELLED by 0" -> CANCELLED); empty until slurmdbd has it."""
-    out = slurm("sacct", "-X", "-n", "-P", "-o", "State", "-j", job, env=env).split()
-    return out[0] if out else ""
+def jobs_named(name: str, env: dict) -> list[tuple[str, str]]:
+    """(job id, state) of every job with this name in accounting."""
+    return accounted(env, f"--name={name}", "-S", "now-1days")
 
 
 LIVE = ("PENDING", "RUNNING", "COMPLETING", "REQUEUED")
@@ -157,7 +156,7 @@ def test_smoke_experiment_through_sbatch_with_requeue(cluster, tmp_path):
     # (4,096 took 63 s and sometimes finished unsignalled), so the first attempt is always stopped.
     experiments = smoke_definitions(tmp_path, steps={"SAC-GLAM+HER": 8192})
     stop = threading.Event()
-    releaser = threading.Thread(target=release_requeued_jobs, args=(cluster, stop, 10), daemon=True)
+    releaser = threading.Thread(target=release_requeued_jobs, args=(cluster, stop, LAUNCHER["time_min"]), daemon=True)
     releaser.start()
     try:
         result = snakemake(config(tmp_path, experiments, time_min=2), cluster)
@@ -207,7 +206,7 @@ def test_driver_stopped_and_killed_re_attaches_finished_is_final_and_mid_campaig
     assert "driver: SIGTERM: detaching; the SLURM jobs keep running" in log.read_text()
     # The job kept running (a short one may have finished on its own meanwhile: then completed, not cancelled).
     if state(job, cluster) not in ("RUNNING", "COMPLETING"):
-        wait_for(lambda: accounted_state(job, cluster) == "COMPLETED", 60, f"job {job} completed")
+        wait_for(lambda: accounted(cluster, "-j", job) == [(job, "COMPLETED")], 60, f"job {job} completed")
     # Mid-campaign, the driver gone: `status` shows the job's run running, read from the run's files and squeue.
     shown = status([*args, 'experiments=["smoke", "later"]'], cluster)
     print(shown)
