@@ -82,10 +82,12 @@ class ModelConfig:
     """Quantize the LLM's weights to 4-bit nf4 with double quantization (QLoRA); needs `model.lora`."""
     cache_dir: str | None = None
     """Hugging Face cache folder to load from; null: the hub's default (`HF_HUB_CACHE` or `HF_HOME`)."""
-    compile: bool = False
+    compile: bool | Literal["auto"] = "auto"
     """`torch.compile` each transformer block of the LLM (regional compilation, static shapes): fused kernels, at the
     cost of compiling each block's kinds and shapes at the start of a process (cached where `TORCHINDUCTOR_CACHE_DIR`
-    points); fused kernels round differently, so results agree with the eager model's within float tolerance."""
+    points); fused kernels round differently, so results agree with the eager model's within float tolerance.
+    `auto`: on where passes are captured on a GPU (faster there: docs/benchmarks.md), off on a CPU. Like
+    `capture`, it decides how kernels run, not the run's settings: it is not part of a run's fingerprint."""
 
     capture: bool = True
     """On a GPU, replay each kind of pass and update from a captured CUDA graph (agent/static.py): the same kernels
@@ -444,7 +446,8 @@ class RunConfig:
         """A hash of everything that changes results (not where they are written). A setting added after runs
         existed counts only when it differs from its default, so that adding it never re-runs a finished run."""
         settings_ = {k: v for k, v in asdict(self).items() if k not in ("output_dir", "threads", "monitor")}
-        del settings_["model"]["capture"]  # how kernels are launched, not which ones run
+        for how in ("capture", "compile"):  # how kernels are launched and fused, not what they compute
+            del settings_["model"][how]
         for (section, key), default in ADDED_LATER.items():
             where = settings_[section] if section else settings_
             if where[key] == default:
@@ -459,7 +462,6 @@ class RunConfig:
 ADDED_LATER: dict[tuple[str, str], object] = {
     ("sac", "actor_lr_ramp_updates"): 0,
     ("sac", "actor_loss"): "reverse_kl",
-    ("model", "compile"): False,
     ("", "ranks"): None,
     ("checkpoint", "drill_at_steps"): None,
     **{("goals", f.name): f.default for f in fields(GoalsConfig)},

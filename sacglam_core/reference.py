@@ -113,7 +113,7 @@ def type_text(annotation, metadata=()) -> str:
     if origin is Annotated:
         text = type_text(args[0], args[1:])
     elif origin is Literal:
-        text = "one of " + ", ".join(f"`{value}`" for value in args)
+        text = ("one of " if len(args) > 1 else "") + ", ".join(f"`{value}`" for value in args)
     elif origin in (Union, types.UnionType):
         text = " or ".join(type_text(arg) for arg in args)
     elif annotation is type(None):

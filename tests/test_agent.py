@@ -10,7 +10,7 @@ from sacglam_core.agent import AgentConfig, CriticConfig, GlamAgent, GlamLM
 from sacglam_core.agent.batch import WIDTH_MULTIPLE, Shapes, collate
 from sacglam_core.agent.shared_prompt import shared_prompt_attention
 from sacglam_core.agent.static import stage
-from sacglam_core.config import LoraSettings, ModelConfig
+from sacglam_core.config import LoraSettings, ModelConfig, parse_config
 from sacglam_core.envs import VectorPlayground
 from sacglam_core.envs.playground import ACTION_VOCABULARY
 
@@ -412,6 +412,21 @@ def test_a_compiled_model_scores_as_the_eager_one(tiny_models, model):
     torch.testing.assert_close(q, eager_q, atol=1e-5, rtol=1e-5)
     for a, b in zip(grads, eager_grads, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_compiling_is_automatic_where_passes_are_captured_and_leaves_the_fingerprint(tiny_models):
+    """`model.compile: auto` compiles the blocks where passes are captured (a GPU) and not on a CPU; `true` compiles
+    them anywhere. Either way the run's fingerprint is the same: fused kernels change how it runs, not what it is."""
+
+    def compiled_blocks(compile) -> int:
+        agent = make_agent(str(tiny_models["tiny-t5"]), lora=LoraSettings(), compile=compile)
+        return sum(getattr(m, "_compiled_call_impl", None) is not None for m in agent.lm.model.modules())
+
+    assert compiled_blocks("auto") == 0
+    assert compiled_blocks(True) == 4  # the tiny T5's two encoder and two decoder blocks
+    settings = ({"algorithm": "sac", "model": {"name_or_path": "m", "compile": c}} for c in ("auto", True, False))
+    configs = [parse_config(s) for s in settings]
+    assert len({config.fingerprint for config in configs}) == 1
 
 
 def test_static_widths_only_grow_and_each_kind_apart():

@@ -218,21 +218,22 @@ def test_other_gpus_are_budgeted_by_the_peak_ratio_rule_as_an_upper_bound_until_
 
 
 def test_the_committed_gpu_check_files_price_h100_and_h200_runs(tmp_path, definitions):
-    """H200: gpu_check's steady rates, captured, 4-bit weights, one rank per GPU and the paper's 4 ranks on one GPU;
-    H100, not measured with this code: H200's by the ratio of their dense bfloat16 peaks (the same)."""
+    """H200: gpu_check's steady rates, compiled (PPO's captured), 4-bit weights, one rank per GPU and the paper's 4
+    ranks on one GPU; H100, not measured with this code: H200's by the ratio of their dense bfloat16 peaks (the
+    same)."""
     calibration = budgeting.load_calibration(ROOT / "workflow" / "config" / "calibration.yaml", tmp_path)
     runs = expand(definitions, ["main"], tmp_path)
     h200 = {e.run.variant: e for e in budgeting.estimate(runs, 4, "H200", calibration)}
-    assert h200["SAC-GLAM+HER"].source == "gpu_check measured 2026-11-27"
-    assert h200["SAC-GLAM+HER"].gpu_hours == pytest.approx(400_000 / (10.08 * 3600))  # a process's steps/s x 3,600
-    assert h200["PPO-GLAM"].rate == pytest.approx(65.42 * 3600)
-    assert h200["SAC-GLAM"].source == "gpu_check measured 2026-11-27, from sac+her x1.00"
+    assert h200["SAC-GLAM+HER"].source == "gpu_check measured 2026-11-28"
+    assert h200["SAC-GLAM+HER"].gpu_hours == pytest.approx(400_000 / (43.2 * 3600))  # a process's steps/s x 3,600
+    assert h200["PPO-GLAM"].rate == pytest.approx(64.2 * 3600)
+    assert h200["SAC-GLAM"].source == "gpu_check measured 2026-11-28, from sac+her x1.00"
     one = {e.run.variant: e for e in budgeting.estimate(runs, 1, "H200", calibration)}  # the 4 ranks on one GPU
-    assert one["SAC-GLAM+HER"].gpu_hours == pytest.approx(400_000 / (30.2 * 3600)) and one["SAC-GLAM+HER"].gpus == 1
-    assert one["PPO-GLAM"].source == "gpu_check measured 2026-11-27, one rank per GPU's for 4"
+    assert one["SAC-GLAM+HER"].gpu_hours == pytest.approx(400_000 / (56.98 * 3600)) and one["SAC-GLAM+HER"].gpus == 1
+    assert one["PPO-GLAM"].source == "gpu_check measured 2026-11-28, one rank per GPU's for 4"
     assert one["PPO-GLAM"].gpu_hours == pytest.approx(h200["PPO-GLAM"].gpu_hours)  # no gain assumed
     h100 = {e.run.variant: e for e in budgeting.estimate(runs, 1, "H100", calibration)}
-    assert h100["SAC-GLAM+HER"].source == "gpu_check measured 2026-11-27, on H200 x1.00 (dense peaks)"
+    assert h100["SAC-GLAM+HER"].source == "gpu_check measured 2026-11-28, on H200 x1.00 (dense peaks)"
     assert h100["SAC-GLAM+HER"].gpu_hours == pytest.approx(one["SAC-GLAM+HER"].gpu_hours)
     assert h100["SAC-GLAM+HER"].gpu_hours < 5
     her = next(r for r in runs if r.variant == "SAC-GLAM+HER")

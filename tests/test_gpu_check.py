@@ -3,6 +3,7 @@ this CPU with the tiny T5 and `--small` (heavy: `pytest -m heavy`, 3 min on 2 co
 a CPU)."""
 
 import datetime
+import math
 import re
 import subprocess
 import sys
@@ -44,13 +45,13 @@ def test_gpu_check_trains_both_algorithms_on_a_cpu_and_writes_their_rates(tiny_m
     assert steady == pytest.approx([float(r[1]) for r in rows], abs=0.05)  # the table's are rounded to 0.1
 
 
-def test_gpu_check_refuses_a_run_too_short_for_ppo_to_update():
-    # At or under the rollout's length PPO never updates, so its "LoRA trained" check would fail for that alone.
+def test_gpu_check_refuses_a_run_too_short_for_a_steady_ppo_cycle():
+    # PPO's steady window is the cycles after its first: a run shorter than two rollouts has none.
     result = subprocess.run(
         [*GPU_CHECK, "--steps=64", "--small"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 2
-    assert "--steps must exceed PPO's rollout of 64 steps" in result.stderr.splitlines()[-1]
+    assert "--steps must be at least twice PPO's rollout of 64 steps" in result.stderr.splitlines()[-1]
 
 
 def test_a_bad_rates_file_stops_gpu_check_before_it_measures(tmp_path):
@@ -154,4 +155,6 @@ def test_the_steady_window_counts_the_graphs_first_met_inside_it():
     assert (steady, whole, updates_per_s, new) == (8.0, 8.0, 2.0, 0)
     marks[-1] = Mark(56, 12, 7.0, 9)
     assert rates(marks, "sac")[3] == 3
-    assert rates(marks, "ppo")[3] == 9  # PPO's window: from the start to its last update
+    # PPO's window: from its first update to its last (here, the updating marks from step 16 on)
+    assert rates(marks, "ppo") == (8.0, 8.0, 2.0, 6)
+    assert math.isnan(rates(marks[:3], "ppo")[0])  # one update: no cycle after the first

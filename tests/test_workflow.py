@@ -314,23 +314,23 @@ def test_a_dry_run_on_h200s_prices_the_paper_grid_from_gpu_checks_measurement_an
         outs[gpus] = result.stdout + result.stderr
         assert result.returncode == 0, outs[gpus][-3000:]
     # experiment main: 4 seeds, GPUs per run, hours per run, attempts, GPU-hours, and where they come from
-    assert re.search(r"^    SAC-GLAM\+HER +4  new +4 +2\.8 +1 +44\.1  gpu_check measured 2026-11-27$", outs[4], re.M)
-    assert re.search(r"^    SAC-GLAM\+HER +4  new +1 +3\.7 +1 +14\.7  gpu_check measured 2026-11-27$", outs[1], re.M)
+    assert re.search(r"^    SAC-GLAM\+HER +4  new +4 +0\.6 +1 +10\.3  gpu_check measured 2026-11-28$", outs[4], re.M)
+    assert re.search(r"^    SAC-GLAM\+HER +4  new +1 +2\.0 +1 +7\.8  gpu_check measured 2026-11-28$", outs[1], re.M)
     assert re.search(
-        r"^    PPO-GLAM +4  new +1 +1\.7 +1 +6\.8  gpu_check measured 2026-11-27, one rank per GPU's for 4$",
+        r"^    PPO-GLAM +4  new +1 +1\.7 +1 +6\.9  gpu_check measured 2026-11-28, one rank per GPU's for 4$",
         outs[1],
         re.M,
     )
     assert "  gpu_check measured <date>: one process's environment steps/s on a GPU" in outs[1]
-    assert outs[4].count("total: 66 runs to train, 361.3 GPU-hours planned") == 2 and "peak-ratio" not in outs[4]
-    assert outs[1].count("total: 66 runs to train, 140.9 GPU-hours planned") == 2
+    assert outs[4].count("total: 66 runs to train, 108.3 GPU-hours planned") == 2 and "peak-ratio" not in outs[4]
+    assert outs[1].count("total: 66 runs to train, 89.7 GPU-hours planned") == 2
     profile = copy_cluster_profile(tmp_path, budget={"gpu": "H200"})
     # the same dry run with a calibration table whose H200 file lost a date
     table = tmp_path / "calibration.yaml"
     table.write_text((ROOT / "workflow" / "config" / "calibration.yaml").read_text())
     (tmp_path / "gpu_rates").mkdir()
     rates = (ROOT / "workflow" / "config" / "gpu_rates" / "H200.yaml").read_text()
-    (tmp_path / "gpu_rates" / "H200.yaml").write_text(rates.replace("  date: 2026-11-27\n", "", 1))
+    (tmp_path / "gpu_rates" / "H200.yaml").write_text(rates.replace("  date: 2026-11-28\n", "", 1))
     bad = snakemake("--profile", str(profile), "-n", *config, f"budget={{calibration: {table}}}", env=env)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines()[-1] == (

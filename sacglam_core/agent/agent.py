@@ -73,7 +73,7 @@ class GlamAgent(nn.Module):
             config.max_candidates,
             model_config.capture,
         ).to(lm.device)
-        if model_config.compile:
+        if model_config.compile is True or (model_config.compile == "auto" and agent.graphs.enabled):
             lm.compile_blocks()  # after the critic's weight sets exist: they are compiled too
         return agent
 

@@ -1,29 +1,30 @@
-"""The benchmark of one rank: a CUDA machine at the paper's scale, eager and captured side by side, and the rates
-that the GPU-hour budget prices this GPU type from.
+"""The benchmark of one rank: a CUDA machine at the paper's scale, eager, captured and compiled side by side, and
+the rates that the GPU-hour budget prices this GPU type from.
 
-    python -m sacglam_core.benchmarks.gpu_check [--steps 240] [--variants ...] [--modes eager,captured]
-    python -m sacglam_core.benchmarks.gpu_check --device cpu --model resources/models/tiny-t5 --steps 96 --small
+    python -m sacglam_core.benchmarks.gpu_check [--steps 1088] [--variants ...] [--modes eager,captured,compiled]
+    python -m sacglam_core.benchmarks.gpu_check --device cpu --model resources/models/tiny-t5 --steps 128 --small
 
 On a Flan-T5-base-shaped model (random weights, built here: no Hub) with LoRA and 4-bit weights, in the dtype that
 `model.dtype: auto` picks, each variant trains `--steps` environment steps at the paper's settings for one of its 4
 ranks (8 environments; SAC: 2 updates of 64 every 8 steps, warm-up off so that the actor learns within the run;
 PPO: 512 steps, 16 epochs of 64), evaluation and checkpoints off, in each mode:
 - `eager`: every pass launched kernel by kernel from Python (`model.capture: false`);
-- `captured`: each kind of pass and update replayed from a CUDA graph (agent/static.py), the default;
-- `compiled`: captured, and each transformer block compiled (`model.compile`).
+- `captured`: each kind of pass and update replayed from a CUDA graph (agent/static.py), blocks not compiled;
+- `compiled`: captured, and each transformer block compiled (`model.compile`), the default on a GPU.
 Variants: SAC-GLAM+HER with the paper's critic; with the one-pass critic (`decoded_action`, no target LM);
 PPO-GLAM; and SAC-GLAM+HER's four ranks held by one process on one GPU (`ranks: 4`: 32 environments, batches of 256).
 For each run it prints: environment steps/s in steady state (SAC from the middle of its updating steps on, PPO over
-whole rollout+update cycles) and over the whole run; then, over `--profile-steps` more steps under torch.profiler,
-the GPU's kernel time and kernels per update and per environment step, TFLOP/s during kernel time (FLOPs counted
-on the run's own first, eager, calls), the host's operator calls per update; the seconds spent capturing and
-compiling; peak memory; and checks that the LoRA weights changed and every loss is finite (exit status 1 if not).
-Each run's figures are also written as a JSON line (`--json FILE`) as soon as it ends.
+the rollout+update cycles after its first) and over the whole run; then, over `--profile-steps` more steps under
+torch.profiler, the GPU's kernel time and kernels per update and per environment step, TFLOP/s during kernel time
+(FLOPs counted on the run's own first, eager, calls), the host's operator calls per update; the seconds spent
+capturing and compiling; peak memory; and checks that the LoRA weights changed and every loss is finite (exit
+status 1 if not). Each run's figures are also written as a JSON line (`--json FILE`) as soon as it ends.
 
-Then it writes the captured steady rates, with the GPU, dtype, weights, critic, versions, commit, date and command, to
-workflow/config/gpu_rates/<GPU type>.yaml (`--rates FILE` elsewhere), from which the budget prices runs on that GPU
-type: commit the file (docs/cluster.md). `--device cpu` runs the same logic on a CPU with a tiny model, for tests
-(eager only: there is nothing to capture there); `--small` shrinks PPO's rollout to 64 steps of 2 epochs.
+Then it writes the steady rates of the default mode (compiled where measured, else captured, else eager), with the
+GPU, dtype, weights, critic, versions, commit, date and command, to workflow/config/gpu_rates/<GPU type>.yaml
+(`--rates FILE` elsewhere), from which the budget prices runs on that GPU type: commit the file (docs/cluster.md).
+`--device cpu` runs the same logic on a CPU with a tiny model, for tests (eager only: there is nothing to capture
+there); `--small` shrinks PPO's rollout to 64 steps of 2 epochs.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ VARIANTS = {  # the paper's run (Tables 1-3, 32 environments, global batch 256) 
     },
 }
 SMALL = {"ppo": {"rollout_steps": 64, "epochs": 2, "minibatch_size": 32}}  # --small: PPO updates within 64 steps
-MODES = {"eager": {"capture": False}, "captured": {}, "compiled": {"compile": True}}
+MODES = {"eager": {"capture": False, "compile": False}, "captured": {"compile": False}, "compiled": {"compile": True}}
 LOSSES = ("critic_loss", "actor_loss", "policy_loss", "value_loss")
 
 
@@ -135,7 +136,8 @@ def rates(marks: list[Mark], algorithm: str) -> tuple[float, float, float, int]:
     """(steady env steps/s, whole-run env steps/s, steady updates/s, kinds of captured call first met in the steady
     window) from the marks of the measured steps; NaN for a steady state that the marks do not reach. SAC's steady
     window starts halfway through its updating steps (its first updates of each shape run eagerly, then are
-    captured); PPO's covers whole rollout+update cycles."""
+    captured); PPO's covers the whole rollout+update cycles after its first, whose update meets every kind of call
+    first."""
 
     def per_second(first: Mark, last: Mark, what: str) -> float:
         seconds = last.seconds - first.seconds
@@ -145,7 +147,7 @@ def rates(marks: list[Mark], algorithm: str) -> tuple[float, float, float, int]:
     if algorithm == "sac":
         first, last = (updated[len(updated) // 2] if updated else marks[-1]), marks[-1]
     else:
-        first, last = marks[0], (updated[-1] if updated else marks[0])
+        first, last = (updated[0], updated[-1]) if updated else (marks[0], marks[0])
     return (
         per_second(first, last, "steps"),
         per_second(marks[0], marks[-1], "steps"),
@@ -308,12 +310,12 @@ def commit() -> str | None:
 def write_rates(
     path: Path, gpu: str, device_name: str, dtype: str, runs: dict[tuple[str, str], Figures], command: str
 ) -> gpu_rates.GpuRates:
-    """Write the steady and whole-run rates of the per-rank runs in the budget's mode (captured where measured) to the
+    """Write the steady and whole-run rates of the per-rank runs in the default mode (compiled where measured) to the
     rates file `path` of GPU type `gpu`, over the measurements of the same settings there."""
     import transformers
 
     def mode_of(variant: str) -> str | None:
-        return next((m for m in ("captured", "eager") if (variant, m) in runs), None)
+        return next((m for m in ("compiled", "captured", "eager") if (variant, m) in runs), None)
 
     by_setting: dict[tuple[str, int], dict[str, gpu_rates.Speed]] = {}  # (critic, ranks per GPU) -> speeds
     notes: dict[tuple[str, int], list[str]] = {}
@@ -383,12 +385,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--model", type=Path, help="a model folder (default: a Flan-T5-base-shaped one, built here)")
-    parser.add_argument("--steps", type=positive, default=560, help="environment steps measured in each run")
+    parser.add_argument("--steps", type=positive, default=1088, help="environment steps measured in each run")
     parser.add_argument(
         "--profile-steps", type=positive, default=16, help="environment steps profiled after them on a GPU"
     )
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of: {', '.join(VARIANTS)}")
-    parser.add_argument("--modes", default="eager,captured", help=f"comma-separated, of: {', '.join(MODES)}")
+    parser.add_argument("--modes", default="eager,captured,compiled", help=f"comma-separated, of: {', '.join(MODES)}")
     parser.add_argument("--rates", type=Path, help="the rates file to write (default: the budget's, for this GPU)")
     parser.add_argument("--json", type=Path, help="append each run's figures to this file as a JSON line")
     parser.add_argument("--small", action="store_true", help="PPO: 64-step rollouts of 2 epochs (CPU tests)")
@@ -403,8 +405,9 @@ def main() -> int:
         parser.error("no CUDA device here; `--device cpu --model <tiny model>` checks the logic on a CPU")
     modes = modes if cuda else ["eager"]  # nothing is captured on a CPU
     rollout = (SMALL if args.small else VARIANTS["PPO-GLAM"])["ppo"]["rollout_steps"]
-    if "PPO-GLAM" in variants and args.steps <= rollout:  # PPO would never update, and its LoRA check would fail
-        parser.error(f"--steps must exceed PPO's rollout of {rollout} steps, so that PPO updates at least once")
+    if "PPO-GLAM" in variants and args.steps < 2 * rollout:  # a steady cycle after the first, which meets its graphs
+        parser.error(f"--steps must be at least twice PPO's rollout of {rollout} steps: PPO's steady window is the "
+                     "rollout+update cycles after its first")  # fmt: skip
     if cuda and args.profile_steps < 8:  # a step of the 8 environments
         parser.error("--profile-steps must be at least 8, one step of the 8 environments")
     pin_threads(args.threads)
@@ -440,8 +443,9 @@ def main() -> int:
                             f.write(json.dumps({"variant": variant, "mode": mode, **asdict(figures)}) + "\n")
                 print(row(variant, mode, figures, failed), flush=True)
     print(
-        f"\nsteady: SAC from the middle of its updating steps, PPO over whole rollout+update cycles, within the first "
-        f"{args.steps} steps; kernels: {'the ' + str(args.profile_steps) + ' steps after them' if cuda else 'no GPU'}; "
+        f"\nsteady: SAC from the middle of its updating steps, PPO over the rollout+update cycles after its first, "
+        f"within the first {args.steps} steps; "
+        f"kernels: {'the ' + str(args.profile_steps) + ' steps after them' if cuda else 'no GPU'}; "
         f"a steady rate is clean where no graph is new in its window (each new one: eager calls, a capture and, "
         f"compiled, a compilation)"
     )
