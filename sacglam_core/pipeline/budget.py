@@ -5,15 +5,16 @@ common.smk), never a guess from files: a run Snakemake does not plan costs nothi
 its remaining steps: all of them when new, those after its newest checkpoint when it resumes, none when
 its done.json exists (only the workflow's marker is missing).
 
-Throughput, in environment steps per GPU-hour, comes from the first of: finished runs (the median of their
-done.json per key: algorithm, model, environment, GPU type, ranks per GPU); `workflow/config/calibration.yaml`'s
-keys; what gpu_check measured (`gpu_rates/<type>.yaml` beside the table: one process's steps/s on its GPU), on the
-GPU type, else on another that computes in the same dtype, times the ratio of their dense peaks; the paper's figure
-(Appendix C), times the ratio of the GPU's dense peak to the paper's V100's on another type (an upper bound on
-speed). A run prices with the GPUs it uses: one per process, each holding `ranks / GPUs` of its data-parallel ranks
-(`RunConfig.ranks`); without a measurement of that many ranks per GPU, one rank per GPU's rate (a process of several
-ranks is at least as fast). An algorithm that gpu_check or the paper did not measure is scaled from one they did by
-the table's relative costs. Runs without GPUs (the local profile) are measured in steps per hour of one run.
+Throughput, in environment steps per GPU-hour, comes from the first of: finished runs (the median of their done.json per
+key: algorithm, model, environment, GPU type, ranks per GPU); `workflow/config/calibration.yaml`'s keys; what gpu_check
+measured (`gpu_rates/<type>.yaml` beside the table: one process's steps/s on its GPU), on the GPU type, else on another
+that computes in the same dtype, times the ratio of their dense peaks; the paper's figure (Appendix C), times the ratio
+of the GPU's dense peak to the paper's V100's on another type (the paper's implementation scaled by peaks, not this
+code: where both exist, this code measured faster). A run prices with the GPUs it uses: one per process, each holding
+`ranks / GPUs` of its data-parallel ranks (`RunConfig.ranks`); without a measurement of that many ranks per GPU, one
+rank per GPU's rate (a process of several ranks is at least as fast). An algorithm that gpu_check or the paper did not
+measure is scaled from one they did by the table's relative costs. Runs without GPUs (the local profile) are measured
+in steps per hour of one run.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ class Calibration:
         rate = self.paper.steps_per_gpu_hour / cost
         if gpu != self.paper.gpu or dtype != self.paper.dtype:
             ratio = peak / self.gpus[self.paper.gpu].tflops[self.paper.dtype]
-            return rate * ratio, f"{PEAK_RATIO} x{ratio:.2f} ({gpu} {dtype}), upper bound on speed"
+            return rate * ratio, f"{PEAK_RATIO} x{ratio:.2f} ({gpu} {dtype}), not measured"
         paper_setting = (
             config.total_steps == self.paper.steps_per_seed
             and not config.env.simplified
@@ -435,8 +436,8 @@ def _legend(budget: Budget) -> list[str]:
         lines.append(
             f"  {PEAK_RATIO} (nothing measured on this GPU type yet): the scaled estimate x the GPU's dense peak "
             f"TFLOP/s at the run's dtype / the {paper.gpu}'s {reference:g} in {paper.dtype} (calibration table's "
-            f"gpus): an upper bound on speed, so these runs need at least the GPU-hours shown; gpu_check on this GPU "
-            f"type measures it (docs/cluster.md)"
+            f"gpus): the paper's implementation scaled by peaks, not this code (on an H200 this code ran faster than "
+            f"the rule); gpu_check on this GPU type measures it (docs/cluster.md)"
         )
     lines += [
         f"  attempts: SLURM jobs per run at {limits.hours_per_attempt:.2f} h of training each (launcher.time_min="
