@@ -416,14 +416,17 @@ def test_a_compiled_model_scores_as_the_eager_one(tiny_models, model):
 
 def test_compiling_is_automatic_where_passes_are_captured_and_leaves_the_fingerprint(tiny_models):
     """`model.compile: auto` compiles the blocks where passes are captured (a GPU) and not on a CPU; `true` compiles
-    them anywhere. Either way the run's fingerprint is the same: fused kernels change how it runs, not what it is."""
+    them anywhere. Either way the run's fingerprint and its checkpoints' keys are the same: fused kernels change how it
+    runs, not what it is, so a run resumes whatever its processes compile."""
 
-    def compiled_blocks(compile) -> int:
+    def compiled_blocks(compile) -> tuple[int, list[str]]:
         agent = make_agent(str(tiny_models["tiny-t5"]), lora=LoraSettings(), compile=compile)
-        return sum(getattr(m, "_compiled_call_impl", None) is not None for m in agent.lm.model.modules())
+        blocks = sum(getattr(m, "_compiled_call_impl", None) is not None for m in agent.lm.model.modules())
+        return blocks, sorted(agent.mutable_state_dict())
 
-    assert compiled_blocks("auto") == 0
-    assert compiled_blocks(True) == 4  # the tiny T5's two encoder and two decoder blocks
+    (auto, auto_keys), (compiled, keys) = compiled_blocks("auto"), compiled_blocks(True)
+    assert auto == 0 and compiled == 4  # the tiny T5's two encoder and two decoder blocks
+    assert keys == auto_keys
     settings = ({"algorithm": "sac", "model": {"name_or_path": "m", "compile": c}} for c in ("auto", True, False))
     configs = [parse_config(s) for s in settings]
     assert len({config.fingerprint for config in configs}) == 1
