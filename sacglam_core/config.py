@@ -86,8 +86,8 @@ class ModelConfig:
     """`torch.compile` each transformer block of the LLM (regional compilation, static shapes): fused kernels, at the
     cost of compiling each block's kinds and shapes at the start of a process (cached where `TORCHINDUCTOR_CACHE_DIR`
     points); fused kernels round differently, so results agree with the eager model's within float tolerance.
-    `auto`: on where passes are captured on a GPU (faster there: docs/benchmarks.md), off on a CPU. Like
-    `capture`, it decides how kernels run, not the run's settings: it is not part of a run's fingerprint."""
+    `auto`: on where passes are captured on a GPU (faster there: docs/benchmarks.md), off on a CPU; `auto` and
+    `false` make the same fingerprint (`true`, from when compiling was opt-in, another)."""
 
     capture: bool = True
     """On a GPU, replay each kind of pass and update from a captured CUDA graph (agent/static.py): the same kernels
@@ -446,8 +446,11 @@ class RunConfig:
         """A hash of everything that changes results (not where they are written). A setting added after runs
         existed counts only when it differs from its default, so that adding it never re-runs a finished run."""
         settings_ = {k: v for k, v in asdict(self).items() if k not in ("output_dir", "threads", "monitor")}
-        for how in ("capture", "compile"):  # how kernels are launched and fused, not what they compute
-            del settings_["model"][how]
+        del settings_["model"]["capture"]  # how kernels are launched, not which ones run
+        # Compiled kernels agree with eager ones within float tolerance; `auto` decides per device, so only `true`
+        # counts: it did when compiling was opt-in, and its finished runs keep their fingerprints.
+        if settings_["model"]["compile"] is not True:
+            del settings_["model"]["compile"]
         for (section, key), default in ADDED_LATER.items():
             where = settings_[section] if section else settings_
             if where[key] == default:

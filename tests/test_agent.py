@@ -414,10 +414,11 @@ def test_a_compiled_model_scores_as_the_eager_one(tiny_models, model):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
-def test_compiling_is_automatic_where_passes_are_captured_and_leaves_the_fingerprint(tiny_models):
+def test_compiling_is_automatic_where_passes_are_captured_and_keeps_finished_runs_fingerprints(tiny_models):
     """`model.compile: auto` compiles the blocks where passes are captured (a GPU) and not on a CPU; `true` compiles
-    them anywhere. Either way the run's fingerprint and its checkpoints' keys are the same: fused kernels change how it
-    runs, not what it is, so a run resumes whatever its processes compile."""
+    them anywhere. The checkpoints' keys are the same, so a run resumes whatever its processes compile; `auto` makes
+    the fingerprint of `false`, and `true` the one it made when compiling was opt-in (computed by the code of
+    0d26e91), so no finished run reads as another configuration."""
 
     def compiled_blocks(compile) -> tuple[int, list[str]]:
         agent = make_agent(str(tiny_models["tiny-t5"]), lora=LoraSettings(), compile=compile)
@@ -427,9 +428,11 @@ def test_compiling_is_automatic_where_passes_are_captured_and_leaves_the_fingerp
     (auto, auto_keys), (compiled, keys) = compiled_blocks("auto"), compiled_blocks(True)
     assert auto == 0 and compiled == 4  # the tiny T5's two encoder and two decoder blocks
     assert keys == auto_keys
-    settings = ({"algorithm": "sac", "model": {"name_or_path": "m", "compile": c}} for c in ("auto", True, False))
-    configs = [parse_config(s) for s in settings]
-    assert len({config.fingerprint for config in configs}) == 1
+    fingerprints = {
+        c: parse_config({"algorithm": "sac", "model": {"name_or_path": "m", "compile": c}}).fingerprint
+        for c in ("auto", True, False)
+    }
+    assert fingerprints == {"auto": "6ac7a3f769cab144", True: "8f681a7d1af52e3d", False: "6ac7a3f769cab144"}
 
 
 def test_static_widths_only_grow_and_each_kind_apart():

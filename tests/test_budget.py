@@ -194,7 +194,7 @@ def test_an_exhausted_allocation_never_refuses_a_plan_without_training(tmp_path,
     assert "WARNING" not in budgeting.report(budget, 50)
 
 
-def test_other_gpus_are_budgeted_by_the_peak_ratio_rule_as_an_upper_bound_until_measured(tmp_path, definitions):
+def test_other_gpus_are_budgeted_by_the_peak_ratio_rule_until_measured(tmp_path, definitions):
     table = tmp_path / "calibration.yaml"  # without the committed gpu_check files
     table.write_text((ROOT / "workflow" / "config" / "calibration.yaml").read_text())
     calibration = budgeting.load_calibration(table, tmp_path)

@@ -57,7 +57,7 @@ def test_gpu_check_refuses_a_run_too_short_for_a_steady_ppo_cycle():
 def test_a_bad_rates_file_stops_gpu_check_before_it_measures(tmp_path):
     rates = tmp_path / "H100.yaml"
     rates.write_text("gpu: H100\nmeasurements: []\n")
-    command = [*GPU_CHECK, "--steps=72", "--small", "--rates", str(rates)]
+    command = [*GPU_CHECK, "--steps=128", "--small", "--rates", str(rates)]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "gpu_check:" not in result.stdout  # nothing built or measured
     assert result.stderr.splitlines()[-1] == (
@@ -67,21 +67,24 @@ def test_a_bad_rates_file_stops_gpu_check_before_it_measures(tmp_path):
 
 def test_measured_figures_become_the_rates_file_the_budget_prices_from(tmp_path):
     """What gpu_check does after its runs, with figures as a GPU would measure them: the rates file (steady and
-    whole-run rates of the captured runs, eager's beside them in the notes; GPU, dtype, weights, critic, ranks per
-    GPU, versions, commit, date, command), which the budget reads."""
+    whole-run rates of the default mode, compiled, or of another where compiled reached no steady state; the other
+    modes' beside them in the notes; GPU, dtype, weights, critic, ranks per GPU, versions, commit, date, command),
+    which the budget reads."""
     table = tmp_path / "calibration.yaml"
     table.write_text((ROOT / "workflow" / "config" / "calibration.yaml").read_text())
     path = tmp_path / "gpu_rates" / "H100.yaml"
     runs = {
         ("SAC-GLAM+HER", "eager"): Figures(steady=3.8, whole_run=5.6, updates_per_s=0.95, tflops=13.4, busy=0.21),
         ("SAC-GLAM+HER", "captured"): Figures(steady=9.0, whole_run=20.0, updates_per_s=2.2, tflops=30.1, busy=0.9),
+        ("SAC-GLAM+HER", "compiled"): Figures(steady=15.0, whole_run=8.0, updates_per_s=3.7, tflops=55.0, busy=0.88),
         ("PPO-GLAM", "captured"): Figures(steady=60.0, whole_run=61.0, updates_per_s=0.1),
+        ("PPO-GLAM", "compiled"): Figures(steady=float("nan"), whole_run=27.0, updates_per_s=float("nan")),
         ("SAC-GLAM+HER (4 ranks on one GPU)", "captured"): Figures(steady=27.0, whole_run=70.0, updates_per_s=1.8),
     }
     command = "python -m sacglam_core.benchmarks.gpu_check"
     write_rates(path, "H100", "NVIDIA H100 80GB HBM3", "bfloat16", runs, command)
     one, four = yaml.safe_load(path.read_text())["measurements"]
-    assert one["env_steps_per_s"] == {"sac+her": {"steady": 9.0, "whole_run": 20.0},
+    assert one["env_steps_per_s"] == {"sac+her": {"steady": 15.0, "whole_run": 8.0},
                                       "ppo": {"steady": 60.0, "whole_run": 61.0}}  # fmt: skip
     assert (one["ranks_per_gpu"], four["ranks_per_gpu"]) == (1, 4)
     assert four["env_steps_per_s"] == {"sac+her": {"steady": 27.0, "whole_run": 70.0}}
@@ -92,15 +95,16 @@ def test_measured_figures_become_the_rates_file_the_budget_prices_from(tmp_path)
     assert one["torch"] == torch.__version__ and one["transformers"] == transformers.__version__
     assert re.fullmatch(r"[0-9a-f]{7,}(-dirty)?", one["commit"])  # this checkout's
     assert one["date"] == datetime.date.today()
-    assert "SAC-GLAM+HER: steady eager 3.80, captured 9.00; captured: 30.1 TFLOP/s in kernels, GPU busy 90%" in (
-        " ".join(one["notes"].split())
+    assert (
+        "SAC-GLAM+HER: steady eager 3.80, captured 9.00, compiled 15.00; compiled: 55 TFLOP/s in kernels, GPU busy 88%"
+        in (" ".join(one["notes"].split()))
     )
     assert sorted(p.name for p in path.parent.iterdir()) == ["H100.yaml"]  # written under a temporary name, renamed
 
     main = expand(load_definitions(ROOT / "workflow" / "config" / "experiments.yaml"), ["main"], tmp_path / "results")
     calibration = budgeting.load_calibration(table, tmp_path / "results")
     today = datetime.date.today()
-    for gpus, sac in ((4, 9.0), (1, 27.0)):  # the paper's 4 ranks a GPU each, or on one GPU
+    for gpus, sac in ((4, 15.0), (1, 27.0)):  # the paper's 4 ranks a GPU each, or on one GPU
         priced = {e.run.variant: (e.rate, e.source) for e in budgeting.estimate(main, gpus, "H100", calibration)}
         assert priced["SAC-GLAM+HER"] == (pytest.approx(sac * 3600), f"gpu_check measured {today}")
 
@@ -158,3 +162,12 @@ def test_the_steady_window_counts_the_graphs_first_met_inside_it():
     # PPO's window: from its first update to its last (here, the updating marks from step 16 on)
     assert rates(marks, "ppo") == (8.0, 8.0, 2.0, 6)
     assert math.isnan(rates(marks[:3], "ppo")[0])  # one update: no cycle after the first
+
+
+def test_the_profiled_steps_are_whole_steps_of_the_environments():
+    """The profiled window ends at a count of environment steps that the loop reaches: the four ranks' 32
+    environments step 32 at a time, so 8 requested steps profile one step of them (before, the window never closed)."""
+    from sacglam_core.benchmarks.gpu_check import profiled_steps
+
+    requested = [(8, 8), (16, 8), (8, 32), (33, 32)]  # (steps, environments)
+    assert [profiled_steps(steps, envs) for steps, envs in requested] == [8, 16, 32, 64]

@@ -132,6 +132,12 @@ class Figures:
     statistics: dict[str, float] | None = None  # the run's training statistics (the same in every mode, up to rounding)
 
 
+def profiled_steps(requested: int, envs: int) -> int:
+    """The environment steps profiled for `requested`: whole steps of the `envs` environments, which step together
+    (a window that ends between two steps would never close)."""
+    return -(-requested // envs) * envs
+
+
 def rates(marks: list[Mark], algorithm: str) -> tuple[float, float, float, int]:
     """(steady env steps/s, whole-run env steps/s, steady updates/s, kinds of captured call first met in the steady
     window) from the marks of the measured steps; NaN for a steady state that the marks do not reach. SAC's steady
@@ -314,8 +320,9 @@ def write_rates(
     rates file `path` of GPU type `gpu`, over the measurements of the same settings there."""
     import transformers
 
-    def mode_of(variant: str) -> str | None:
-        return next((m for m in ("compiled", "captured", "eager") if (variant, m) in runs), None)
+    def mode_of(variant: str) -> str | None:  # the default mode's, else another with a steady rate, else any
+        measured = [m for m in ("compiled", "captured", "eager") if (variant, m) in runs]
+        return next((m for m in measured if not math.isnan(runs[variant, m].steady)), next(iter(measured), None))
 
     by_setting: dict[tuple[str, int], dict[str, gpu_rates.Speed]] = {}  # (critic, ranks per GPU) -> speeds
     notes: dict[tuple[str, int], list[str]] = {}
@@ -354,8 +361,8 @@ def write_rates(
                 f"{'One rank' if ranks == 1 else f'{ranks} ranks in one process'} of the paper's run at gpu_check's "
                 "per-rank settings: 8 environments a rank; SAC-GLAM+HER, 2 updates of 64 a rank every 8 steps a rank, "
                 "warm-up off; PPO-GLAM, 512-step rollouts of 16 epochs of 64; Flan-T5-base's shape with random "
-                "weights, LoRA, 4-bit weights. Steady: SAC from the middle of its updating steps, PPO over whole "
-                f"rollout+update cycles. {'; '.join(notes[critic, ranks])}."
+                "weights, LoRA, 4-bit weights. Steady: SAC from the middle of its updating steps, PPO over the "
+                f"rollout+update cycles after its first. {'; '.join(notes[critic, ranks])}."
             ),
         )
         for (critic, ranks), speeds in by_setting.items()
@@ -426,12 +433,13 @@ def main() -> int:
         print(f"dtype {dtype}, 4-bit weights, LoRA; modes {', '.join(modes)}\n\n{HEADER}")
         for variant in variants:
             envs = VARIANTS[variant].get("num_envs", 8)
+            profiled = profiled_steps(args.profile_steps, envs) if cuda else 0
             # after the measured steps: the profiled ones, then the last step, which evaluates (a metrics row)
-            total = args.steps + (args.profile_steps if cuda else 0) + envs
+            total = args.steps + profiled + envs
             for mode in modes:
                 out = Path(tmp) / f"{variant}-{mode}"
                 config = run_config(variant, model, args.device, mode, total, out, args.small)
-                figures, failed = train(config, args.steps - args.steps % envs, args.profile_steps)
+                figures, failed = train(config, args.steps - args.steps % envs, profiled)
                 gc.collect()
                 if cuda:
                     torch.cuda.empty_cache()
@@ -442,10 +450,10 @@ def main() -> int:
                         with args.json.open("a") as f:
                             f.write(json.dumps({"variant": variant, "mode": mode, **asdict(figures)}) + "\n")
                 print(row(variant, mode, figures, failed), flush=True)
+    kernels = f"the {args.profile_steps} steps after them, in whole steps of the environments" if cuda else "no GPU"
     print(
         f"\nsteady: SAC from the middle of its updating steps, PPO over the rollout+update cycles after its first, "
-        f"within the first {args.steps} steps; "
-        f"kernels: {'the ' + str(args.profile_steps) + ' steps after them' if cuda else 'no GPU'}; "
+        f"within the first {args.steps} steps; kernels: {kernels}; "
         f"a steady rate is clean where no graph is new in its window (each new one: eager calls, a capture and, "
         f"compiled, a compilation)"
     )

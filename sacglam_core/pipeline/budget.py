@@ -428,8 +428,9 @@ def _legend(budget: Budget) -> list[str]:
             f"settings, holding as many ranks as the run's processes do (`one rank per GPU's for N`: one, which a "
             f"process of N is at least as fast as), measured by `python -m sacglam_core.benchmarks.gpu_check` "
             f"({budget.calibration.rates_folder}/<type>.yaml), x3,600 per GPU-hour, for any steps, environment or "
-            f"model as the scaled estimate; steady unless marked `whole run` (with the first steps, which only act: "
-            f"faster than steady); `from <algorithm> xN`: another algorithm's rate x their relative costs"
+            f"model as the scaled estimate; steady unless marked `whole run` (with the first steps, which only act, "
+            f"and the first calls, which compile); `from <algorithm> xN`: another algorithm's rate x their relative "
+            f"costs"
         )
     if any(e.source.startswith(PEAK_RATIO) for e in budget.estimates):
         reference = budget.calibration.gpus[paper.gpu].tflops[paper.dtype]

@@ -40,10 +40,11 @@ class Speed:
     """One rank's environment steps per second (its 8 environments together)."""
 
     steady: StepsPerSecond | None = None
-    """Once the loop is steady: SAC from its first update on (every cycle updates), PPO over whole rollout+update
-    cycles."""
+    """Once the loop is steady: SAC from the middle of its updating steps, PPO over the rollout+update cycles after
+    its first."""
     whole_run: StepsPerSecond | None = None
-    """Over the whole run, with the first steps, which only act: faster than the steady rate."""
+    """Over the whole run, with the first steps, which only act (faster), and the first calls of each kind, which
+    capture and compile (slower)."""
 
     @model_validator(mode="after")
     def _measured(self):
