@@ -11,7 +11,8 @@ The package's layers, each importing only from those below it (pyproject.toml's 
       runfiles, lease
     algos, evaluation, agent,        SAC, PPO, the GLAM agent, its critics, model loading
       models, goal_sampling
-    replay, config, distributed...   buffers, typed configuration, ranks
+    replay, config, distributed,     buffers, typed configuration, ranks, the device plan
+      device_plan
     envs, settings                   Playground-Text and its social partner
 
 A change to the trainer belongs at or below `train`; nothing there imports `pipeline/`, so the trainer runs

@@ -91,8 +91,12 @@ class ModelConfig:
 
     capture: bool = True
     """On a GPU, replay each kind of pass and update from a captured CUDA graph (agent/static.py): the same kernels
-    on the same numbers, launched with one call instead of tens of thousands. Not with float16 (its loss scaler
-    decides on the host); no effect on a CPU."""
+    on the same numbers, launched with one call instead of tens of thousands (float16's loss scaler included: it
+    decides on the device). No effect on a CPU."""
+    static_shapes: bool | Literal["auto"] = "auto"
+    """Batches in a few fixed shapes (agent/batch.py), padded and masked: what captured graphs and compiled blocks
+    replay. `auto`: on a GPU; a CPU runs each batch at its own shapes (7% faster). The same mathematics either way,
+    so it leaves the fingerprint alone."""
 
     @property
     def is_local_path(self) -> bool:
@@ -435,6 +439,10 @@ class RunConfig:
     the same count."""
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     """Progress lines, TensorBoard and W&B (the `monitor` section); the workflow sets it from its own `monitor`."""
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    """The process group's backend when a run has several processes: `auto` is nccl on GPUs, gloo on CPUs; gloo
+    also reduces CUDA tensors (several processes on one GPU, which NCCL refuses). The same mathematics, so it leaves
+    the fingerprint alone."""
 
     def __post_init__(self) -> None:
         problems = coherence_problems(self)
@@ -445,8 +453,9 @@ class RunConfig:
     def fingerprint(self) -> str:
         """A hash of everything that changes results (not where they are written). A setting added after runs
         existed counts only when it differs from its default, so that adding it never re-runs a finished run."""
-        settings_ = {k: v for k, v in asdict(self).items() if k not in ("output_dir", "threads", "monitor")}
-        del settings_["model"]["capture"]  # how kernels are launched, not which ones run
+        settings_ = {k: v for k, v in asdict(self).items() if k not in ("output_dir", "threads", "monitor", "backend")}
+        for how in ("capture", "static_shapes"):  # how kernels are launched and padded, not what they compute
+            del settings_["model"][how]
         # Compiled kernels agree with eager ones within float tolerance; `auto` decides per device, so only `true`
         # counts: it did when compiling was opt-in, and its finished runs keep their fingerprints.
         if settings_["model"]["compile"] is not True:

@@ -6,19 +6,49 @@ instances, 8 environments and batches of 64 each). A process holds `per_process`
 one by default, one process per GPU; or several, whose batches it runs together in the same passes, so that the
 paper's four ranks fit on one GPU. After every backward pass the gradients are averaged across processes, so their
 copies of the LLM stay identical; within a process, each rank's loss is a mean over its own rows and the process's
-loss their mean, which is what averaging over the ranks gives.
+loss their mean, which is what averaging over the ranks gives. The all-reduce of an optimizer step's gradients is
+one flat bucket; where updates are replayed from captured CUDA graphs it runs between the graphs' pieces, never
+inside one (`outside_graphs`), so the same code runs over nccl or gloo, captured or eager.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from sacglam_core.config import ConfigError
+from sacglam_core.device_plan import DevicePlan
+
+Collective = Callable[[], object]
+_handler: ContextVar[Callable[[Collective], None] | None] = ContextVar("collectives", default=None)
+
+
+def outside_graphs(collective: Collective) -> None:
+    """Run a collective now, or, while a CUDA graph is being captured, between two of its pieces (agent/static.py):
+    a collective is never recorded inside a graph, whatever the backend (gloo cannot be captured; processes meet a
+    new shape, and capture, at different updates)."""
+    handler = _handler.get()
+    if handler is None:
+        collective()
+    else:
+        handler(collective)
+
+
+@contextmanager
+def collectives_to(handler: Callable[[Collective], None]) -> Iterator[None]:
+    """Hand the collectives that code inside the block starts (`outside_graphs`) to `handler`."""
+    token = _handler.set(handler)
+    try:
+        yield
+    finally:
+        _handler.reset(token)
 
 
 @dataclass(frozen=True)
@@ -64,8 +94,8 @@ class Ranks:
         if not self.active or not params:
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat)
+        flat = torch.cat([g.reshape(-1) for g in grads])  # one bucket: one collective per optimizer step
+        outside_graphs(lambda: dist.all_reduce(flat))
         flat /= self.world
         offset = 0
         for p, g in zip(params, grads):
@@ -105,44 +135,18 @@ class Ranks:
             dist.barrier()
 
 
-def local_gpu(local_rank: int, visible: int) -> int:
-    """This rank's GPU among the `visible` ones: its local rank when each task sees all of the node's GPUs,
-    0 when SLURM binds one GPU to each task (--gpus-per-task, --gpu-bind)."""
-    return local_rank % max(visible, 1)
-
-
-def init_ranks() -> Ranks:
-    """Join the process group that torchrun (or submitit's distributed environment) describes."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world == 1:
+def init_ranks(plan: DevicePlan) -> Ranks:
+    """Join the process group that torchrun (or submitit's distributed environment) describes, on the plan's device
+    and backend."""
+    if plan.processes == 1:
         return Ranks()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    gpu = torch.cuda.is_available()
-    device = "cpu"
-    if gpu:
-        device = f"cuda:{local_gpu(local_rank, torch.cuda.device_count())}"
-        torch.cuda.set_device(device)
+    if plan.device.startswith("cuda"):
+        torch.cuda.set_device(plan.device)
     if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if gpu else "gloo")
-    return Ranks(int(os.environ["RANK"]), world, local_rank, device)
-
-
-def resolve_device(requested: str, ranks: Ranks) -> str:
-    """The device of this rank's model; a CUDA device this machine does not have is a ConfigError."""
-    if requested == "auto":
-        requested = "cuda" if torch.cuda.is_available() else "cpu"
-    if requested == "cuda" and ranks.device.startswith("cuda"):
-        requested = ranks.device
-    if requested.startswith("cuda"):
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        index = int(requested.partition(":")[2] or 0)
-        if index >= count:
-            raise ConfigError(
-                f"model.device: {requested} is not available: this machine has "
-                f"{f'{count} CUDA devices' if count else 'no CUDA device'} (torch.cuda.is_available() is "
-                f"{torch.cuda.is_available()}); use device: cpu or auto"
-            )
-    return requested
+        dist.init_process_group(backend=plan.backend)
+    # Host values (flags, statistics) travel as tensors on the backend's own side: the GPU for nccl, the CPU for gloo.
+    flags = plan.device if plan.backend == "nccl" else "cpu"
+    return Ranks(int(os.environ["RANK"]), plan.processes, int(os.environ.get("LOCAL_RANK", "0")), flags)
 
 
 def shutdown() -> None:

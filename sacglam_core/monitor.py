@@ -56,14 +56,15 @@ class Monitor:
         out: Path,
         ranks,
         gpus: int,
+        plan: str,
         start_steps: int,
         start_elapsed: float,
         resumed: dict | None,
     ) -> None:
         """`resumed`: this rank's `state_dict` in the checkpoint the run resumed from ({} in a checkpoint from before
-        it was kept), None on a fresh start."""
+        it was kept), None on a fresh start; `plan`: the device plan's summary, which progress.json carries."""
         settings = config.monitor
-        self.config, self.out, self.ranks, self.gpus = config, out, ranks, gpus
+        self.config, self.out, self.ranks, self.gpus, self.plan = config, out, ranks, gpus, plan
         self.name = f"{out.parent.name}/{out.name}"
         self.progress_every = settings.progress_every_steps or max(config.total_steps // 50, 1)
         self.scalars_every = settings.scalars_every_steps or max(config.total_steps // 200, 1)
@@ -179,6 +180,7 @@ class Monitor:
             "eta_s": eta if eta != float("inf") else None,
             "wall_seconds": elapsed, "gpus": self.gpus, "time": time.time(), "host": socket.gethostname(),
             "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "world": self.ranks.world,
+            "device_plan": self.plan,
         }  # fmt: skip
         atomic_write(self.out / PROGRESS, json.dumps(record, indent=1).encode())
 

@@ -50,6 +50,7 @@ class Summary:
     gpus: int  # 0 on CPUs
     gpu_name: str | None
     eval_success: float | None  # the final evaluation's; None in a summary without it
+    device_plan: str | None  # the device plan's summary (device_plan.py); None in a summary from before it
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class ProgressLine:
     wall_seconds: float
     gpus: int
     time: float | None  # when it was written (seconds since the epoch)
+    device_plan: str | None  # the device plan's summary; None in a line from before it
 
 
 def read_record(path: Path, what: str) -> dict | None:
@@ -95,6 +97,16 @@ def value(path: Path, found: dict, key: str, kind: type, default=REQUIRED, nulla
     return float(given) if kind is float else given
 
 
+def plan_summary(path: Path, found: dict) -> str | None:
+    """done.json's device plan, as its summary line (None in a summary from before the plan was recorded)."""
+    plan = found.get("device_plan")
+    if plan is None:
+        return None
+    if not isinstance(plan, dict):
+        raise RunStateError(f"{path}: device_plan: {json.dumps(plan)} is not a device plan")
+    return value(path, {f"device_plan.{k}": v for k, v in plan.items()}, "device_plan.summary", str)
+
+
 def finished(run_dir: Path) -> dict | None:
     """The run's done.json, or None while it is not finished."""
     try:
@@ -116,6 +128,7 @@ def summary(run_dir: Path) -> Summary | None:
             gpus=get("gpus", int, 0),
             gpu_name=get("gpu_name", str, None, nullable=True),
             eval_success=get("eval_success", float, None),
+            device_plan=plan_summary(Path(run_dir) / DONE, found),
         )
     except RunStateError as error:
         raise RunStateError(f"{error}; {REBUILD}") from None
@@ -135,6 +148,7 @@ def progress_line(run_dir: Path) -> ProgressLine | None:
         wall_seconds=get("wall_seconds", float, 0.0),
         gpus=get("gpus", int, 0),
         time=get("time", float, None),
+        device_plan=get("device_plan", str, None),
     )
 
 

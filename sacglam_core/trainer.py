@@ -15,7 +15,6 @@ returns, so a second trainer on the same directory is refused at start.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -37,7 +36,8 @@ from sacglam_core.atomic import atomic_write, check_writable, remove_stale_tempo
 from sacglam_core.checkpoint import Checkpointer, CheckpointError
 from sacglam_core.config import ConfigError, ModelConfig, RunConfig, dump_config
 from sacglam_core.cpu import cpu_name
-from sacglam_core.distributed import init_ranks, resolve_device
+from sacglam_core.device_plan import DevicePlan
+from sacglam_core.distributed import init_ranks
 from sacglam_core.envs import VectorPlayground
 from sacglam_core.envs.playground import ACTION_VOCABULARY
 from sacglam_core.evaluation import agent_policy, evaluate, goal_type_prior
@@ -94,13 +94,13 @@ class Shard:
 class Trainer:
     def __init__(self, config: RunConfig) -> None:
         self.config = config
-        self.ranks = ranks = init_ranks().holding(config.ranks)
+        self.plan = DevicePlan.of_run(config)
+        self.ranks = ranks = init_ranks(self.plan).holding(config.ranks)
         sac = config.algorithm == "sac"
         split = {"num_envs": config.num_envs, **({"sac.batch_size": config.sac.batch_size} if sac else {})}
         for key, value in split.items():
             if value % ranks.total:
                 raise ConfigError(f"{key}={value} cannot be split evenly over {ranks.total} data-parallel ranks")
-        model = dataclasses.replace(config.model, device=resolve_device(config.model.device, ranks))
         self.out = Path(config.output_dir)
         self.lease = RunLease(self.out)
         self._take_lease()
@@ -112,20 +112,19 @@ class Trainer:
             # Refusals come before the model loads (minutes for a large one).
             self.finished = self._finished()
             self._checkpoint = None if self.finished else self._load_checkpoint()
-            self._build(model)
+            self._build()
         except BaseException:
             self.close()
             raise
 
-    def _build(self, model: ModelConfig) -> None:
+    def _build(self) -> None:
         config, ranks = self.config, self.ranks
         torch.set_flush_denormal(True)  # denormals make CPU backward passes several times slower
         torch.manual_seed(config.seed)  # the same initial heads on every rank
         sac = config.algorithm == "sac"
-        agent_config = dataclasses.replace(AgentConfig.of_run(config), model=model)
         self._compiled_before = compile_seconds()  # the process's own count: other trainers' compilations are not ours
-        self.agent = GlamAgent.from_config(agent_config, ACTION_VOCABULARY)
-        self.model_sha256 = _weights_sha256(model)
+        self.agent = GlamAgent.from_config(AgentConfig.of_run(config, self.plan), ACTION_VOCABULARY)
+        self.model_sha256 = _weights_sha256(config.model)
         self.shards = [Shard.of_rank(config, rank, ranks.total, self.agent.tokens) for rank in ranks.held]
         # Each rank chooses its environments' goals from its own episodes; the metrics show the first rank's sampler.
         self.goals = self.shards[0].goals
@@ -218,13 +217,17 @@ class Trainer:
         starts = [shard.envs.reset() for shard in self.shards]
         if self.ranks.is_main:  # at every start: a resumed run's config.yaml is its own again, whatever befell it
             atomic_write(self.out / "config.yaml", dump_config(self.config).encode())
+        if self.ranks.is_main:
+            print(f"{self.out}: {self.plan.line}", file=sys.stderr)
         resumed = self._resume()
         drill = self.config.checkpoint.drill_at_steps
         if resumed is None and drill is not None:  # the requeue drill: once, in an attempt that did not resume
             print(f"{self.out}: requeue drill: this attempt stops at {drill} steps", file=sys.stderr)
             stop_at_steps = min(drill, stop_at_steps or drill)
         gpus = self.ranks.world if self.agent.lm.device.type == "cuda" else 0
-        self.monitor = Monitor(self.config, self.out, self.ranks, gpus, self.env_steps, self.elapsed, resumed)
+        self.monitor = Monitor(
+            self.config, self.out, self.ranks, gpus, self.plan.summary, self.env_steps, self.elapsed, resumed
+        )
         if resumed is None:
             for shard, (obs, infos) in zip(self.shards, starts):
                 shard.recorder.reset(infos["goal"], obs, infos["possible_actions"])
@@ -250,7 +253,7 @@ class Trainer:
                        **self._hardware(), **self._as_run(), "threads": self.threads,
                        "capture_seconds": round(self.agent.graphs.seconds, 1),
                        "compile_seconds": round(self.compile_seconds(), 1),
-                       "fingerprint": self.config.fingerprint}  # fmt: skip
+                       "device_plan": self.plan.record(), "fingerprint": self.config.fingerprint}  # fmt: skip
             atomic_write(self.out / "done.json", json.dumps(summary, indent=1).encode())
         return 0
 

@@ -34,9 +34,7 @@ def env_inputs(n=6, seed=0, steps=3):
 
 @pytest.mark.parametrize("slots", [None, 10], ids=["slots as needed", "static slots"])
 def test_batched_scores_equal_naive_scores_and_gradients(tiny_path, slots):
-    agent = make_agent(tiny_path, max_candidates=slots)
-    if slots:
-        agent.use_static_shapes()  # a GPU's shapes; a CPU's agent pads each batch to its own
+    agent = make_agent(tiny_path, max_candidates=slots, static_shapes=bool(slots))  # a GPU's shapes, or a CPU's
     goals, obs, candidates = env_inputs()
     batch = agent.batch(goals, obs, candidates)
     assert len(set(batch.sizes)) > 1  # variable-length candidate lists

@@ -259,13 +259,16 @@ def test_with_static_shapes_an_update_is_one_graph_measured_or_not_whatever_shar
     config = run_config(
         tiny_models["tiny-t5"], "sac", sac={"batch_size": 8, "warmup_cycles": 0, "updates_per_cycle": 1}
     )
-    config = dataclasses.replace(config, monitor=dataclasses.replace(config.monitor, policy_kl_every=2))
+    config = dataclasses.replace(
+        config,
+        model=dataclasses.replace(config.model, static_shapes=True),
+        monitor=dataclasses.replace(config.monitor, policy_kl_every=2),
+    )
     torch.manual_seed(0)
     agent = GlamAgent.from_config(AgentConfig.of_run(config), ACTION_VOCABULARY)
     algo = SAC(agent, config, Ranks(), goal_type_prior(config.env))
     for episode in rollout(agent, config)[0]:
         algo.add(episode)
-    agent.use_static_shapes()
     keys, rows = [], []
     run = agent.graphs.run
 

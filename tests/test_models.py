@@ -23,7 +23,6 @@ from sacglam_core.models.loading import (
     load_model,
     load_tokenizer,
     lora_target_modules,
-    resolve_dtype,
 )
 from sacglam_core.models.tiny import (
     SHIPPED,
@@ -234,32 +233,6 @@ def test_bad_model_options_are_rejected():
         ModelConfig("x", load_in_4bit=True)
     with pytest.raises(ValueError, match="dtype"):
         ModelConfig("x", dtype="float8")
-
-
-@pytest.mark.parametrize(
-    "capability, lora, expected",
-    [
-        ((7, 0), True, "float16"),
-        ((7, 5), True, "float16"),
-        ((7, 0), False, "float32"),
-        ((8, 0), True, "bfloat16"),
-        ((8, 6), False, "bfloat16"),
-        ((9, 0), True, "bfloat16"),
-    ],  # fmt: skip
-)
-def test_auto_dtype_follows_the_gpus_compute_capability(monkeypatch, capability, lora, expected):
-    """V100 (sm_70) has no native bf16: fp16 there, with LoRA (fp32 adapters under a GradScaler)."""
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
-    config = ModelConfig("x", device="cuda:0", lora=LoraSettings() if lora else None)
-    assert config.dtype == "auto" and resolve_dtype(config) == expected
-
-
-def test_auto_dtype_is_float32_on_cpu_and_explicit_dtypes_stay(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
-    assert resolve_dtype(ModelConfig("x", device="cpu", lora=LoraSettings())) == "float32"
-    assert resolve_dtype(ModelConfig("x", device="cuda", dtype="bfloat16")) == "bfloat16"
-    with pytest.raises(ValueError, match="dtype=float16 needs model.lora"):
-        ModelConfig("x", dtype="float16")
 
 
 def test_4bit_compute_dtype_follows_the_dtype(tiny_models):

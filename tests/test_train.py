@@ -516,14 +516,23 @@ def test_two_ranks_on_gloo_stay_in_sync(tmp_path, tiny_models, settings):
         assert [b["buffers"][0]["size"] for b in buffers] == [33, 32]  # full: each rank added far more than its share
 
 
-@pytest.mark.parametrize("settings", [SAC_HER, PPO_CLIP_HER], ids=["sac", "ppo"])
-def test_two_ranks_held_by_one_process_train_as_two_processes_on_gloo(tmp_path, tiny_models, settings):
+@pytest.mark.parametrize(
+    "settings, static",
+    [(SAC_HER, False), (PPO_CLIP_HER, False), (SAC_HER, True), (PPO_CLIP_HER, True)],
+    ids=["sac", "ppo", "sac-static", "ppo-static"],
+)
+def test_two_ranks_held_by_one_process_train_as_two_processes_on_gloo(tmp_path, tiny_models, settings, static):
     """`ranks: 2` in one process: each rank's environments, replay buffer and random streams as a process of its
     own would have them, their batches in the same passes. Against the same two ranks as two processes on gloo, the
-    same metrics and the same trained weights, within float tolerance (the passes add in another order)."""
-    together = write_config(tmp_path / "one.yaml", tiny_models["tiny-t5"], total_steps=128, ranks=2, **settings)
+    same metrics (losses included) and the same trained weights after several updates, within float tolerance (the
+    passes add in another order). With static shapes, as a GPU pads its batches (each process widens its own
+    prompts), the processes' gradient all-reduces are what a GPU runs between its graphs' pieces."""
+    model = {"static_shapes": static}
+    together = write_config(
+        tmp_path / "one.yaml", tiny_models["tiny-t5"], total_steps=128, ranks=2, model=model, **settings
+    )
     train(together)
-    apart = write_config(tmp_path / "two.yaml", tiny_models["tiny-t5"], total_steps=128, **settings)
+    apart = write_config(tmp_path / "two.yaml", tiny_models["tiny-t5"], total_steps=128, model=model, **settings)
     apart.write_text(apart.read_text().replace(str(tmp_path / "out"), str(tmp_path / "apart")))
     launcher = [
         sys.executable,
@@ -550,6 +559,10 @@ def test_two_ranks_held_by_one_process_train_as_two_processes_on_gloo(tmp_path, 
             assert (math.isnan(x) and math.isnan(y)) or math.isclose(x, y, rel_tol=1e-3, abs_tol=1e-5), (column, x, y)
     done = [json.loads((tmp_path / folder / "done.json").read_text()) for folder in ("out", "apart")]
     assert done[0]["world"] == 1 and done[1]["world"] == 2
+    assert int(one[-1]["updates"]) >= (4 if settings["algorithm"] == "sac" else 2)  # PPO: 2 x 4 minibatch steps
+    plans = [d["device_plan"] for d in done]
+    assert [p["static_shapes"] for p in plans] == [static, static]
+    assert [(p["backend"], p["collectives"]) for p in plans] == [(None, "none"), ("gloo", "in the update")]
     assert math.isclose(done[0]["weight_checksums"][0], done[1]["weight_checksums"][0], rel_tol=1e-5)
 
 

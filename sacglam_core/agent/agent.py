@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -17,7 +16,8 @@ from sacglam_core.agent.policy import CandidateDistribution
 from sacglam_core.agent.static import Graphs, Outputs, stage
 from sacglam_core.agent.tokens import PromptTokens
 from sacglam_core.config import CriticConfig, ModelConfig, RunConfig
-from sacglam_core.models.loading import load_model, load_tokenizer, resolve_dtype
+from sacglam_core.device_plan import DevicePlan
+from sacglam_core.models.loading import load_model, load_tokenizer
 
 
 @dataclass(frozen=True)
@@ -26,12 +26,13 @@ class AgentConfig:
     critic: CriticConfig | None = None  # SAC
     value_head: bool = False  # PPO
     max_candidates: int | None = None  # the environment's largest candidate set: every batch's candidate slots
+    plan: DevicePlan | None = None  # None: a process of its own (DevicePlan.of_model)
 
     @classmethod
-    def of_run(cls, config: RunConfig) -> AgentConfig:
+    def of_run(cls, config: RunConfig, plan: DevicePlan | None = None) -> AgentConfig:
         """The agent a run trains (or evaluates): SAC's critic or PPO's value head, batches in its static shapes."""
         sac = config.algorithm == "sac"
-        return cls(config.model, config.sac.critic if sac else None, not sac, config.env.max_candidates)
+        return cls(config.model, config.sac.critic if sac else None, not sac, config.env.max_candidates, plan)
 
 
 class GlamAgent(nn.Module):
@@ -41,46 +42,33 @@ class GlamAgent(nn.Module):
         critic: CriticConfig | None = None,
         value_head: bool = False,
         action_vocabulary: Sequence[str] | None = None,
-        compute_dtype: str = "float32",
         max_candidates: int | None = None,
-        capture: bool = True,
+        plan: DevicePlan | None = None,
     ) -> None:
+        """`plan` (device_plan.py) says how the agent computes: its dtype, static shapes and captured graphs; None is
+        an eager float32 agent on the LLM's device, each batch at its own shapes."""
         super().__init__()
         self.lm = lm
-        self.compute_dtype = compute_dtype  # the LLM's (resolved) model.dtype: float16 calls for loss scaling
+        self.plan = plan or DevicePlan.eager(str(lm.device))
+        self.compute_dtype = self.plan.dtype  # float16 calls for loss scaling
         self.tokens = PromptTokens(lm.tokenizer)
         self.action_index = {a: i for i, a in enumerate(action_vocabulary or ())}
         widest = max((len(self.tokens.action(a)) for a in self.action_index), default=None)
-        self.static_shapes = Shapes(max_candidates, widest, WIDTH_MULTIPLE)
-        # A CPU runs each batch at its own shapes: 7% faster than the static ones (docs/benchmarks.md).
-        lm.shapes = self.static_shapes if lm.device.type == "cuda" else Shapes()
+        lm.shapes = Shapes(max_candidates, widest, WIDTH_MULTIPLE) if self.plan.static_shapes else Shapes()
         self.critic = Critic(lm, critic, len(self.action_index)) if critic else None
         self.value_head = ValueHead(lm) if value_head else None
-        # fp16's loss scaler decides on the host whether a step is taken: its runs stay eager.
-        self.graphs = Graphs(lm.device, capture and compute_dtype != "float16")
+        self.graphs = Graphs(lm.device, self.plan.capture)
 
     @classmethod
     def from_config(cls, config: AgentConfig, action_vocabulary: Sequence[str] | None = None) -> GlamAgent:
-        model_config = dataclasses.replace(config.model, dtype=resolve_dtype(config.model))
+        plan = config.plan or DevicePlan.of_model(config.model)
+        model_config = plan.for_model(config.model)
         model, architecture = load_model(model_config)
         lm = GlamLM(model, load_tokenizer(model_config), architecture)
-        agent = cls(
-            lm,
-            config.critic,
-            config.value_head,
-            action_vocabulary,
-            model_config.dtype,
-            config.max_candidates,
-            model_config.capture,
-        ).to(lm.device)
-        if model_config.compile is True or (model_config.compile == "auto" and agent.graphs.enabled):
+        agent = cls(lm, config.critic, config.value_head, action_vocabulary, config.max_candidates, plan).to(lm.device)
+        if plan.compile:
             lm.compile_blocks()  # after the critic's weight sets exist: they are compiled too
         return agent
-
-    def use_static_shapes(self) -> None:
-        """Batches in the static shapes a GPU replays, on any device (the CPU's census and FLOP counts of the GPU
-        path)."""
-        self.lm.shapes = self.static_shapes
 
     # -- checkpoints -----------------------------------------------------------------------------
     def mutable_state_dict(self) -> dict[str, torch.Tensor]:

@@ -12,16 +12,26 @@ What a captured function may do: only device work on its inputs and on tensors t
 state, learning rates held as tensors). Host reads (`.item()`, `.tolist()`), copies from the host, Python decisions
 on tensor values and shape changes would be frozen at capture; batches therefore have static shapes (batch.py),
 and a decision made on the host (warm-up, which statistics to measure) is part of the key.
+
+Collectives are never captured. A function that starts one (the gradient all-reduce of a run with several processes,
+`distributed.outside_graphs`) is captured as pieces: the capture ends where the collective starts, that piece is
+replayed, the collective runs, and the next piece's capture begins. A replay runs the pieces in their order with
+the collectives between them, so processes that capture at different updates (each widens its own prompts) still
+meet at every collective, eager, captured or replayed, whatever the backend.
 """
 
 from __future__ import annotations
 
+import itertools
+import sys
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+
+from sacglam_core.distributed import Collective, collectives_to
 
 WARMUP = 2  # eager calls of a key before its capture
 Outputs = dict[str, torch.Tensor]
@@ -78,9 +88,16 @@ def stage(arrays: dict[str, np.ndarray], device: torch.device | str) -> Staged:
 @dataclass
 class _Entry:
     calls: int = 0
-    graph: torch.cuda.CUDAGraph | None = None
+    pieces: list[torch.cuda.CUDAGraph] = field(default_factory=list)  # captured; a collective after each but the last
+    collectives: list[Collective] = field(default_factory=list)
     inputs: Staged | None = None
     outputs: Outputs = field(default_factory=dict)
+
+    def replay(self) -> None:
+        for piece, collective in itertools.zip_longest(self.pieces, self.collectives):
+            piece.replay()
+            if collective is not None:
+                collective()
 
 
 class Graphs:
@@ -102,8 +119,8 @@ class Graphs:
 
     @property
     def captured(self) -> int:
-        """How many graphs have been captured."""
-        return sum(entry.graph is not None for entry in self._entries.values())
+        """How many graphs have been captured (a function cut by collectives counts once)."""
+        return sum(bool(entry.pieces) for entry in self._entries.values())
 
     def run(self, key: Hashable, fn: Callable[[dict[str, torch.Tensor]], Outputs], inputs: Staged) -> Outputs:
         """`fn(inputs.tensors)`: eagerly, or replayed from the graph of `key` (its outputs copied out, since the
@@ -119,14 +136,48 @@ class Graphs:
                 outputs = fn(inputs.tensors)
             current.wait_stream(self._side)
             return outputs
-        if entry.graph is None:
+        if not entry.pieces:
             started = time.perf_counter()
             entry.inputs = inputs.clone()  # the graph's input buffer, holding this call's inputs
-            entry.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(entry.graph, pool=self._pool):
-                entry.outputs = fn(entry.inputs.tensors)
+            entry.outputs = self._capture(entry, fn)
             self.seconds += time.perf_counter() - started
         else:
             entry.inputs.flat.copy_(inputs.flat, non_blocking=True)
-        entry.graph.replay()
+            entry.replay()
         return {name: value.clone() for name, value in entry.outputs.items()}
+
+    def _capture(self, entry: _Entry, fn: Callable[[dict[str, torch.Tensor]], Outputs]) -> Outputs:
+        """`fn` on the entry's inputs captured in pieces, cut where it starts a collective, each piece replayed once
+        captured and each collective run after its piece: this call's work done, in the order of every replay."""
+        piece: torch.cuda.graph | None = None
+
+        def begin() -> None:
+            nonlocal piece
+            piece = torch.cuda.graph(torch.cuda.CUDAGraph(), pool=self._pool)
+            piece.__enter__()
+
+        def end() -> None:
+            nonlocal piece
+            captured, piece = piece, None
+            captured.__exit__(None, None, None)
+            entry.pieces.append(captured.cuda_graph)
+            captured.cuda_graph.replay()
+
+        def between(collective: Collective) -> None:
+            end()
+            collective()
+            entry.collectives.append(collective)
+            begin()
+
+        begin()
+        try:
+            with collectives_to(between):
+                outputs = fn(entry.inputs.tensors)
+            end()
+        except BaseException:
+            if piece is not None:
+                piece.__exit__(*sys.exc_info())
+            entry.pieces.clear()
+            entry.collectives.clear()
+            raise
+        return outputs

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -171,9 +172,9 @@ def loop_census(model: str, steps: int) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         config = run_config("SAC-GLAM+HER", Path(model), "cpu", "eager", steps, Path(tmp) / "run", small=False)
-        trainer = Trainer(config)
+        static = dataclasses.replace(config.model, static_shapes=True)  # the GPU path's shapes, counted on the CPU
+        trainer = Trainer(dataclasses.replace(config, model=static))
         agent = trainer.agent
-        agent.use_static_shapes()  # the GPU path's shapes, counted on the CPU
         traffic = _HostTraffic()
         calls: Counter[tuple[str, str]] = Counter()  # (phase, stack)
         phase = ["other"]  # the update, acting in training, or the rest (the evaluation)

@@ -48,7 +48,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from sacglam_core.benchmarks import add_threads_argument, pin_threads, positive
 from sacglam_core.config import RunConfig, parse_config
-from sacglam_core.models.loading import resolve_dtype
+from sacglam_core.device_plan import DevicePlan
 from sacglam_core.models.shapes import save_flan_t5_base_shaped
 from sacglam_core.pipeline import budget, gpu_rates
 from sacglam_core.trainer import Trainer
@@ -428,7 +428,9 @@ def main() -> int:
     runs: dict[tuple[str, str], Figures] = {}
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model or save_flan_t5_base_shaped(Path(tmp) / "flan-t5-base-shaped")
-        dtype = resolve_dtype(run_config(variants[0], model, args.device, "eager", 8, Path(tmp), args.small).model)
+        dtype = DevicePlan.of_model(
+            run_config(variants[0], model, args.device, "eager", 8, Path(tmp), args.small).model
+        ).dtype
         print(f"gpu_check: {name}, torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s), model {model}")
         print(f"dtype {dtype}, 4-bit weights, LoRA; modes {', '.join(modes)}\n\n{HEADER}")
         for variant in variants:

@@ -55,6 +55,7 @@ from sacglam_core.algos.ppo import PPO, Transition
 from sacglam_core.algos.sac import SAC
 from sacglam_core.benchmarks import add_threads_argument, pin_threads
 from sacglam_core.config import EvalConfig, RunConfig, parse_config
+from sacglam_core.device_plan import DevicePlan
 from sacglam_core.distributed import Ranks
 from sacglam_core.envs import EnvConfig, VectorPlayground
 from sacglam_core.envs.playground import ACTION_VOCABULARY
@@ -163,11 +164,10 @@ def counting_agent(config: RunConfig, hf_config=None) -> GlamAgent:
         if config.model.lora is not None:  # 4-bit weights compute in bf16: the same FLOPs
             model = add_lora(model, dataclasses.replace(config.model, load_in_4bit=False), architecture)
         lm = GlamLM(model, build_tokenizer(add_eos=seq2seq), architecture)
-        agent = GlamAgent(
-            lm, config.sac.critic if sac else None, not sac, ACTION_VOCABULARY, max_candidates=config.env.max_candidates
+        plan = DevicePlan.eager("meta", static_shapes=True)  # the shapes a GPU run replays, padding included
+        return GlamAgent(
+            lm, config.sac.critic if sac else None, not sac, ACTION_VOCABULARY, config.env.max_candidates, plan
         )
-        agent.use_static_shapes()  # the shapes a GPU run replays: candidate slots, widths and rows padded
-        return agent
 
 
 @dataclass

@@ -11,6 +11,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel
 
 from sacglam_core.config import LoraSettings, ModelConfig
+from sacglam_core.device_plan import DevicePlan
 from sacglam_core.models.hub import hub_offline
 
 # On CPUs with AVX512-BF16 (Intel Xeon), bitsandbytes tries an optional kernel package (`kernels`) for 4-bit products
@@ -30,7 +31,6 @@ __all__ = [
     "load_model",
     "load_tokenizer",
     "lora_target_modules",
-    "resolve_dtype",
 ]
 
 
@@ -116,16 +116,6 @@ def load_tokenizer(config: ModelConfig):
         raise _not_found(config, error) from error
 
 
-def resolve_dtype(config: ModelConfig) -> str:
-    """The dtype the model computes in: `config.dtype`, or for `auto` the choice for its device."""
-    if config.dtype != "auto":
-        return config.dtype
-    device = "cuda" if config.device == "auto" and torch.cuda.is_available() else config.device
-    if torch.device(device).type != "cuda":
-        return "float32"
-    return config.dtype_on_gpu(tuple(torch.cuda.get_device_capability(device)))
-
-
 def load_model(config: ModelConfig) -> tuple[PreTrainedModel, Architecture]:
     """The model (peft-wrapped when LoRA is on) and its architecture.
 
@@ -135,7 +125,7 @@ def load_model(config: ModelConfig) -> tuple[PreTrainedModel, Architecture]:
     _check_folder(config)
     architecture = resolve_architecture(config)
     auto = AutoModelForSeq2SeqLM if architecture == "seq2seq" else AutoModelForCausalLM
-    dtype = DTYPES[resolve_dtype(config)]
+    dtype = DTYPES[DevicePlan.of_model(config).dtype]
     kwargs: dict = {"dtype": dtype, "cache_dir": config.cache_dir, "local_files_only": hub_offline()}
     if config.load_in_4bit:
         from transformers import BitsAndBytesConfig

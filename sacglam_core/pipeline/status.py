@@ -116,9 +116,8 @@ def status_of(run: Run, queue: dict[str, tuple[str, str]] | None) -> RunStatus:
         if summary is not None and not problems:
             success = f"final success {summary.eval_success:.3f}" if summary.eval_success is not None else ""
             hours = summary.wall_seconds / 3600 * summary.gpus
-            return RunStatus(
-                run, "finished", total, total, upcoming, job=job_id or "local", gpu_hours=hours, note=success
-            )
+            note = "; ".join(filter(None, [success, summary.device_plan and f"plan: {summary.device_plan}"]))
+            return RunStatus(run, "finished", total, total, upcoming, job=job_id or "local", gpu_hours=hours, note=note)
         checkpoint = runfiles.progress(directory)
         steps = total if upcoming == "finished" else checkpoint.steps if checkpoint else 0
         return _damaged(run, steps, upcoming, job_id, 0.0, problems)
@@ -133,7 +132,8 @@ def status_of(run: Run, queue: dict[str, tuple[str, str]] | None) -> RunStatus:
             notes.append(f"last progress {duration(max(time.time() - line.time, 0))} ago")
         job = job_id or _holder_pid(directory, trainer or {}, problems)
         rate = line.steps_per_s if line else None
-        note = "; ".join(filter(None, [", ".join(notes), *problems]))
+        plan = line and line.device_plan and f"plan: {line.device_plan}"
+        note = "; ".join(filter(None, [", ".join(notes), plan, *problems]))
         return RunStatus(run, "running", steps, total, upcoming, rate, job, gpu_hours, note)
     if state in slurm.LIVE:
         return RunStatus(run, "queued", steps, total, upcoming, job=job_id, gpu_hours=gpu_hours,

@@ -25,6 +25,7 @@ from sacglam_core.agent import AgentConfig, GlamAgent
 from sacglam_core.benchmarks import add_threads_argument, pin_threads, positive
 from sacglam_core.checkpoint import Checkpointer
 from sacglam_core.config import ConfigError, load_config
+from sacglam_core.device_plan import DevicePlan
 from sacglam_core.distributed import init_ranks
 from sacglam_core.envs.playground import ACTION_VOCABULARY
 from sacglam_core.evaluation import Policy, agent_policy, evaluate
@@ -46,9 +47,10 @@ def critic_greedy(agent: GlamAgent) -> Policy:
 def final_success(run: Path, episodes_per_type: int | None) -> dict[str, float]:
     overrides = {"eval": {"episodes_per_type": episodes_per_type}} if episodes_per_type else {}
     config = load_config(run / "config.yaml", overrides)
-    ranks = init_ranks()
+    plan = DevicePlan.of_run(config)
+    ranks = init_ranks(plan)
     sac = config.algorithm == "sac"
-    agent = GlamAgent.from_config(AgentConfig.of_run(config), ACTION_VOCABULARY)
+    agent = GlamAgent.from_config(AgentConfig.of_run(config, plan), ACTION_VOCABULARY)
     loaded = Checkpointer(run / "checkpoints", config.checkpoint.keep, ranks).load_latest()
     if loaded is None:
         raise SystemExit(f"error: {run} has no checkpoint to load")
