@@ -7,8 +7,8 @@ The package's layers, each importing only from those below it (pyproject.toml's 
     benchmarks, reference            figures printed about the layers below; docs/configuration.md's generator
     pipeline/                        the workflow's side: experiments, plan, driver, budget, status, aggregation
     train, trainer                   one run: the entry point and its loop
-    monitor, metrics, checkpoint,    what a run writes: progress, metrics, checkpoints, its records (runfiles)
-      runfiles, lease
+    monitor, metrics, checkpoint,    what a run writes: progress, metrics, checkpoints, its records (runfiles,
+      runfiles, lease, provenance      provenance)
     algos, evaluation, agent,        SAC, PPO, the GLAM agent, its critics, model loading
       models, goal_sampling
     replay, config, distributed,     buffers, typed configuration, ranks, the device plan

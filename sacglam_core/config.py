@@ -120,11 +120,14 @@ class ModelConfig:
                 "gradient scaler; without LoRA the weights themselves would train in fp16 (use float32 or bfloat16)"
             )
 
-    def dtype_on_gpu(self, capability: tuple[int, int]) -> str:
-        """The dtype on a GPU of this compute capability: `dtype`, or for `auto` bf16 where it is native (sm_80
-        and later), else fp16 when the trained weights are fp32 LoRA adapters (loss-scaled), else fp32."""
+    def compute_dtype(self, capability: tuple[int, int] | None) -> str:
+        """The dtype on a GPU of this compute capability (None: a CPU): `dtype`, or for `auto` float32 on a CPU, bf16
+        where it is native (sm_80 and later), else fp16 when the trained weights are fp32 LoRA adapters
+        (loss-scaled), else fp32."""
         if self.dtype != "auto":
             return self.dtype
+        if capability is None:
+            return "float32"
         if tuple(capability) >= (8, 0):
             return "bfloat16"
         return "float16" if self.lora is not None else "float32"

@@ -60,7 +60,7 @@ class DevicePlan:
         device = resolve_device(model.device, local_rank)
         gpu = device.startswith("cuda")
         capability = tuple(torch.cuda.get_device_capability(device)) if gpu else None
-        dtype = model.dtype_on_gpu(capability) if gpu else ("float32" if model.dtype == "auto" else model.dtype)
+        dtype = model.compute_dtype(capability)
         if gpu and dtype == "bfloat16" and capability < (8, 0):
             raise ConfigError(
                 f"model.dtype: bfloat16 needs a GPU of compute capability 8.0 or later; {device} is "

@@ -13,6 +13,7 @@ included), raises RunStateError naming the file, the key and the value; a key le
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ DIVERGED = "diverged.json"
 REBUILD = f"delete the run's {DONE} and {MARKER} and run again: its files are rebuilt from its last checkpoint"
 KINDS = {int: "a non-negative integer", float: "a non-negative number", str: "a non-empty string"}
 REQUIRED = object()  # `value`'s default for a key that must be there
+# The files an image of the project carries (containers/sacglam.def), whose SHA-256 identify it
+IMAGE_FILES = {"definition": "sacglam.def", "lock": "requirements.lock"}
 
 
 class RunStateError(ValueError):
@@ -95,6 +98,14 @@ def value(path: Path, found: dict, key: str, kind: type, default=REQUIRED, nulla
     if not {int: number and isinstance(given, int), float: number, str: isinstance(given, str) and given}[kind]:
         raise RunStateError(f"{path}: {key}: {json.dumps(given)} is not {KINDS[kind]}")
     return float(given) if kind is float else given
+
+
+def file_sha256(path: Path) -> str | None:
+    """The SHA-256 of a file's bytes; None when there is no such file."""
+    if not Path(path).is_file():
+        return None
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 def plan_summary(path: Path, found: dict) -> str | None:

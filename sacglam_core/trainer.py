@@ -15,9 +15,7 @@ returns, so a second trainer on the same directory is refused at start.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import sys
 import threading
 import time
@@ -45,8 +43,9 @@ from sacglam_core.goal_sampling import GoalSampler
 from sacglam_core.lease import LeaseHeldError, RunLease
 from sacglam_core.metrics import MetricsFile, evaluates_at
 from sacglam_core.models.hub import hub_offline
-from sacglam_core.models.loading import adapter_norm, hub_commit, lora_target_modules
+from sacglam_core.models.loading import adapter_norm, lora_target_modules
 from sacglam_core.monitor import Monitor, duration
+from sacglam_core.provenance import image_identity, optimizer_record, weights_record
 from sacglam_core.trajectories import EpisodeRecorder
 
 # What a checkpoint holds; 1 was before checkpoints carried the metrics rows and the thread count.
@@ -141,6 +140,7 @@ class Trainer:
         self._last_success = float("nan")
         self._saved_at = -1  # env steps of the last checkpoint this process wrote or resumed from
         self._skipped = (0.0, 0.0)  # float16: optimizer steps and steps its scaler skipped, at the last metrics row
+        self.resumes: list[dict] = []  # each resume's step and weights' checksum, saved and loaded
 
     def _take_lease(self) -> None:
         """Rank 0 takes the run directory's lease before anything in it is touched, then removes the
@@ -345,11 +345,12 @@ class Trainer:
             gpus = {"gpus": 0, "gpu_name": None}
         else:
             gpus = {"gpus": self.ranks.world, "gpu_name": torch.cuda.get_device_name(device)}
-        container = os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER")
+        image = image_identity()
         return gpus | {
             "cpu_name": cpu_name(),
             "cpu_kernels": torch.backends.cpu.get_cpu_capability(),
-            "container": container,  # the image this process ran in (None outside one)
+            "container": image and image["path"],  # the image this process ran in (None outside one)
+            "image": image,
         }
 
     def _as_run(self) -> dict:
@@ -361,8 +362,12 @@ class Trainer:
             "lora_target_modules": lora_target_modules(self.agent.lm.model),
             "lora_b_norm": adapter_norm(self.agent.lm.model),
             "model_sha256": self.model_sha256,
-            "model_commit": hub_commit(self.config.model),
+            "model_commit": self.agent.source.commit,  # at load time
+            "model_network": list(self.agent.source.network),
             "hub_offline": hub_offline(),
+            "weights": weights_record(self.agent.lm.model),
+            "optimizers": optimizer_record(self.agent, self.algo.optimizers),
+            "resumes": self.resumes,
         }
 
     def _should_stop(self, stop_at_steps: int | None, stop: threading.Event | None) -> bool:
@@ -415,13 +420,16 @@ class Trainer:
         self.monitor.evaluation(row)
 
     # -- checkpoint and resume -------------------------------------------------------------------
-    def _check_in_sync(self) -> list[float]:
-        """Every rank's checksum of the trained weights; they must agree (gradients are averaged)."""
+    def _checksum(self) -> float:
+        """This process's checksum of the trained weights."""
         with torch.no_grad():
-            checksum = sum(
+            return sum(
                 float(v.double().sum()) for v in self.agent.mutable_state_dict().values() if v.is_floating_point()
             )
-        checksums = self.ranks.gather(checksum)
+
+    def _check_in_sync(self) -> list[float]:
+        """Every rank's checksum of the trained weights; they must agree (gradients are averaged)."""
+        checksums = self.ranks.gather(self._checksum())
         if len(set(checksums)) > 1:
             raise RuntimeError(f"data-parallel ranks are out of sync: weight checksums {checksums}")
         return checksums
@@ -429,7 +437,7 @@ class Trainer:
     def _save(self) -> None:
         self._check_health()
         self._check_finite()  # a checkpoint of non-finite state would be resumed from, and diverge again
-        self._check_in_sync()
+        checksum = self._check_in_sync()[0]
         shared = {
             "format": CHECKPOINT_FORMAT,
             "fingerprint": self.config.fingerprint,
@@ -445,6 +453,8 @@ class Trainer:
                 "train_seconds": self.train_seconds,
                 "last_row": list(self.last_row),
                 "last_success": self._last_success,
+                "weights_checksum": checksum,
+                "resumes": self.resumes,
             },  # fmt: skip
         }
         local = {
@@ -503,6 +513,9 @@ class Trainer:
             counters["last_success"],
         )
         self.train_seconds = counters["train_seconds"]
+        # What this resume loaded against what was saved: the first job's check that a requeue resumes its run.
+        loaded = {"env_steps": self.env_steps, "saved": counters.get("weights_checksum"), "loaded": self._checksum()}
+        self.resumes = [*counters.get("resumes", []), loaded]
         shards = local.get("shards", [local])  # one rank's state at the top: a checkpoint from before ranks were held
         if len(shards) != len(self.shards):
             raise CheckpointError(
@@ -524,8 +537,4 @@ class Trainer:
 def _weights_sha256(model: ModelConfig) -> str | None:
     """SHA-256 of a local model folder's single `model.safetensors` (None for a hub model, whose pinned revision says
     which it is, or sharded weights)."""
-    weights = Path(model.name_or_path).expanduser() / "model.safetensors"
-    if not weights.is_file():
-        return None
-    with weights.open("rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
+    return runfiles.file_sha256(Path(model.name_or_path).expanduser() / "model.safetensors")

@@ -244,6 +244,55 @@ def test_the_committed_gpu_check_files_price_h100_and_h200_runs(tmp_path, defini
     assert "peak-ratio" not in report
 
 
+def test_both_layouts_are_priced_from_the_measured_rates_and_the_cheaper_that_fits_is_named(tmp_path, definitions):
+    """The paper's runs (4 ranks each) a GPU per rank and all on one GPU, on H200s: each priced from gpu_check's
+    rates of that many ranks per GPU, each process's measured peak against the GPU's memory."""
+    calibration = budgeting.load_calibration(ROOT / "workflow" / "config" / "calibration.yaml", tmp_path)
+    runs = [r for r in expand(definitions, ["main"], tmp_path) if r.variant == "SAC-GLAM+HER"]
+    apart, together = budgeting.price_layouts(runs, "H200", calibration)
+    assert (apart.gpus_per_node, apart.name, together.gpus_per_node, together.name) == (
+        4, "a GPU per rank", 1, "4 ranks on one GPU"
+    )  # fmt: skip
+    assert apart.gpu_hours == pytest.approx(len(runs) * 400_000 / (43.2 * 3600))
+    assert together.gpu_hours == pytest.approx(len(runs) * 400_000 / (56.98 * 3600))
+    assert (apart.peak_gib, together.peak_gib, together.memory_gib) == (4.6, 17.1, 139)
+    assert budgeting.cheapest([apart, together]) is together
+    budget = budgeting.make_budget(runs, 4, "H200", calibration, LIMITS, tmp_path)
+    lines = "\n".join(budgeting.layout_lines(budget))
+    assert re.search(
+        r"gpus_per_node: 4 \(a GPU per rank\) +10\.3 GPU-h, 0\.6 h a run, 4\.6 GiB a process: fits  <- this plan", lines
+    )
+    assert "cheaper that fits: gpus_per_node: 1 (4 ranks on one GPU), not this plan's" in lines
+
+
+def test_a_layout_over_the_gpus_memory_is_not_chosen_and_a_plan_in_it_is_warned_about(tmp_path, definitions):
+    raw = yaml.safe_load((ROOT / "workflow" / "config" / "calibration.yaml").read_text())
+    raw["gpus"]["H200"]["memory_gib"] = 16  # under the 4 ranks' 17.1 GiB
+    (tmp_path / "calibration.yaml").write_text(yaml.safe_dump(raw))
+    rates = (ROOT / "workflow" / "config" / "gpu_rates" / "H200.yaml").read_text()
+    (tmp_path / "gpu_rates").mkdir()
+    (tmp_path / "gpu_rates" / "H200.yaml").write_text(rates)
+    calibration = budgeting.load_calibration(tmp_path / "calibration.yaml", tmp_path)
+    runs = [r for r in expand(definitions, ["main"], tmp_path / "results") if r.variant == "SAC-GLAM+HER"]
+    budget = budgeting.make_budget(runs, 1, "H200", calibration, LIMITS, tmp_path)
+    apart, together = budget.layouts
+    assert (apart.fits, together.fits) == (True, False) and budgeting.cheapest(budget.layouts) is apart
+    lines = "\n".join(budgeting.layout_lines(budget))
+    assert "17.1 GiB a process: does NOT fit  <- this plan" in lines
+    assert "WARNING: a process of this plan's layout peaks at 17.1 GiB, over the GPU's 16 GiB" in lines
+
+
+def test_without_a_measured_peak_the_fit_is_unknown_and_nothing_is_named(tmp_path, definitions):
+    rates_file(tmp_path, gpu="H100", ranks_per_gpu=4)  # a 4-rank rate without a peak
+    calibration = budgeting.load_calibration(table(tmp_path), tmp_path)
+    runs = [r for r in expand(definitions, ["main"], tmp_path / "results") if r.variant == "SAC-GLAM+HER"]
+    budget = budgeting.make_budget(runs, 4, "H100", calibration, LIMITS, tmp_path)
+    assert [layout.fits for layout in budget.layouts] == [None, None] and budgeting.cheapest(budget.layouts) is None
+    assert "cheaper that fits: unknown" in "\n".join(budgeting.layout_lines(budget))
+    v100 = budgeting.make_budget(runs, 4, "V100", calibration, LIMITS, tmp_path)  # priced by the peak ratio alone
+    assert v100.layouts[0].gpu_hours == pytest.approx(v100.layouts[1].gpu_hours)
+
+
 def rates_file(folder: Path, gpu: str = "H100", **measurement) -> Path:
     """A gpu_check file of `gpu` with one measurement (bfloat16, 4-bit, the paper's critic), `measurement` over it."""
     entry = {"dtype": "bfloat16", "load_in_4bit": True, "critic": "obs_action",
@@ -304,9 +353,23 @@ def test_a_gpu_check_file_prices_its_gpu_type_and_finished_runs_still_win(tmp_pa
         ),
         ({"date": None}, "{folder}/H100.yaml: measurements.0.date: Input should be a valid date (got None)"),
         ({"load_in_4bit": 4}, "{folder}/H100.yaml: measurements.0.load_in_4bit: Input should be a valid boolean"),
+        (
+            {"env_steps_per_s": {"ppo": {"steady": 4.0, "peak_memory_gib": 0}}},
+            "{folder}/H100.yaml: measurements.0.env_steps_per_s.ppo.peak_memory_gib: Input should be greater than 0",
+        ),
         ("gpu: H100\nmeasurements: [\n", "GPU rates file {folder}/H100.yaml is not valid YAML"),
     ],
-    ids=["unknown GPU", "misnamed", "negative", "unknown algorithm", "no rate", "no date", "not a boolean", "not YAML"],
+    ids=[
+        "unknown GPU",
+        "misnamed",
+        "negative",
+        "unknown algorithm",
+        "no rate",
+        "no date",
+        "not a boolean",
+        "no memory",
+        "not YAML",
+    ],  # fmt: skip
 )
 def test_a_bad_gpu_check_file_is_one_line_naming_the_file_and_key(tmp_path, change, message):
     if isinstance(change, str):

@@ -324,6 +324,16 @@ def test_a_dry_run_on_h200s_prices_the_paper_grid_from_gpu_checks_measurement_an
     assert "  gpu_check measured <date>: one process's environment steps/s on a GPU" in outs[1]
     assert outs[4].count("total: 66 runs to train, 108.3 GPU-hours planned") == 2 and "peak-ratio" not in outs[4]
     assert outs[1].count("total: 66 runs to train, 89.7 GPU-hours planned") == 2
+    for out in outs.values():  # both layouts priced, each checked against the H200's memory, in either plan
+        assert re.search(r"^    gpus_per_node: 4 \(a GPU per rank\) +108\.3 GPU-h, .*GiB a process: fits", out, re.M)
+        assert re.search(
+            r"^    gpus_per_node: 1 \(4 ranks on one GPU\) +89\.7 GPU-h, .*17\.1 GiB a process: fits", out, re.M
+        )
+    assert (
+        "cheaper that fits: gpus_per_node: 1 (4 ranks on one GPU), not this plan's (launcher.gpus_per_node: 4)"
+        in outs[4]
+    )
+    assert "cheaper that fits: gpus_per_node: 1, this plan's" in outs[1]
     profile = copy_cluster_profile(tmp_path, budget={"gpu": "H200"})
     # the same dry run with a calibration table whose H200 file lost a date
     table = tmp_path / "calibration.yaml"

@@ -17,7 +17,8 @@ from sacglam_core.agent.static import Graphs, Outputs, stage
 from sacglam_core.agent.tokens import PromptTokens
 from sacglam_core.config import CriticConfig, ModelConfig, RunConfig
 from sacglam_core.device_plan import DevicePlan
-from sacglam_core.models.loading import load_model, load_tokenizer
+from sacglam_core.models.hub import network_attempts
+from sacglam_core.models.loading import hub_commit, load_model, load_tokenizer
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,15 @@ class AgentConfig:
         """The agent a run trains (or evaluates): SAC's critic or PPO's value head, batches in its static shapes."""
         sac = config.algorithm == "sac"
         return cls(config.model, config.sac.critic if sac else None, not sac, config.env.max_candidates, plan)
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where the model was read from: a hub model's commit in its cache (None for a local folder), and the network
+    connections loading it started to make (none when it was read offline)."""
+
+    commit: str | None
+    network: tuple[str, ...]
 
 
 class GlamAgent(nn.Module):
@@ -58,14 +68,17 @@ class GlamAgent(nn.Module):
         self.critic = Critic(lm, critic, len(self.action_index)) if critic else None
         self.value_head = ValueHead(lm) if value_head else None
         self.graphs = Graphs(lm.device, self.plan.capture)
+        self.source: ModelSource | None = None  # where from_config read the model
 
     @classmethod
     def from_config(cls, config: AgentConfig, action_vocabulary: Sequence[str] | None = None) -> GlamAgent:
         plan = config.plan or DevicePlan.of_model(config.model)
         model_config = plan.for_model(config.model)
-        model, architecture = load_model(model_config)
-        lm = GlamLM(model, load_tokenizer(model_config), architecture)
+        with network_attempts() as network:
+            model, architecture = load_model(model_config)
+            lm = GlamLM(model, load_tokenizer(model_config), architecture)
         agent = cls(lm, config.critic, config.value_head, action_vocabulary, config.max_candidates, plan).to(lm.device)
+        agent.source = ModelSource(hub_commit(model_config), tuple(network))
         if plan.compile:
             lm.compile_blocks()  # after the critic's weight sets exist: they are compiled too
         return agent

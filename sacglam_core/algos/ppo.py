@@ -157,6 +157,11 @@ class PPO:
         self.health = Health(("policy loss", "value loss", *gradients), agent.lm.device, "minibatch step")
         self._env_steps = 0  # of the update under way
 
+    @property
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """The optimizers that train the LLM's weights, by name."""
+        return {"policy": self.optimizer}
+
     # -- acting ----------------------------------------------------------------------------------
     def act(self, batch: HostBatch, generators: list[torch.Generator]) -> tuple[list[int], dict[str, list]]:
         out = self.agent.run("act-ppo", self._acting_pass, {"states": batch})

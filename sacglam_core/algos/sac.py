@@ -119,6 +119,11 @@ class SAC:
         self.health = Health(("critic loss", "actor loss", "alpha loss", *gradients), agent.lm.device)
 
     @property
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """The optimizers that train the LLM's weights, by name."""
+        return {"actor": self.actor_optimizer, "critic": self.critic_optimizer}
+
+    @property
     def alpha(self) -> float:
         return float(self.log_alpha.detach().exp())
 

@@ -5,9 +5,10 @@ the rates that the GPU-hour budget prices this GPU type from.
     python -m sacglam_core.benchmarks.gpu_check --device cpu --model resources/models/tiny-t5 --steps 128 --small
 
 On a Flan-T5-base-shaped model (random weights, built here: no Hub) with LoRA and 4-bit weights, in the dtype that
-`model.dtype: auto` picks, each variant trains `--steps` environment steps at the paper's settings for one of its 4
-ranks (8 environments; SAC: 2 updates of 64 every 8 steps, warm-up off so that the actor learns within the run;
-PPO: 512 steps, 16 epochs of 64), evaluation and checkpoints off, in each mode:
+`model.dtype: auto` picks (`--dtype` another: float16 measures a V100's compute dtype on a newer GPU), each variant
+trains `--steps` environment steps at the paper's settings for one of its 4 ranks (8 environments; SAC: 2 updates
+of 64 every 8 steps, warm-up off so that the actor learns within the run; PPO: 512 steps, 16 epochs of 64),
+evaluation and checkpoints off, in each mode:
 - `eager`: every pass launched kernel by kernel from Python (`model.capture: false`);
 - `captured`: each kind of pass and update replayed from a CUDA graph (agent/static.py), blocks not compiled;
 - `compiled`: captured, and each transformer block compiled (`model.compile`), the default on a GPU.
@@ -84,13 +85,16 @@ MODES = {"eager": {"capture": False, "compile": False}, "captured": {"compile": 
 LOSSES = ("critic_loss", "actor_loss", "policy_loss", "value_loss")
 
 
-def run_config(variant: str, model: Path, device: str, mode: str, steps: int, out: Path, small: bool) -> RunConfig:
+def run_config(
+    variant: str, model: Path, device: str, mode: str, steps: int, out: Path, small: bool, dtype: str = "auto"
+) -> RunConfig:
     settings = VARIANTS[variant]
+    model_settings = {"name_or_path": str(model), "device": device, "dtype": dtype, "lora": {}, "load_in_4bit": True}
     return parse_config(
         {
             **settings,
             **(SMALL if small and settings["algorithm"] == "ppo" else {}),
-            "model": {"name_or_path": str(model), "device": device, "lora": {}, "load_in_4bit": True, **MODES[mode]},
+            "model": model_settings | MODES[mode],
             "output_dir": str(out),
             "num_envs": settings.get("num_envs", 8),
             "total_steps": steps,
@@ -264,7 +268,8 @@ def train(config: RunConfig, measured: int, profiled: int) -> tuple[Figures | No
         )
         for key, value in measured.items():
             setattr(figures, key, value)
-        figures.peak_memory_gib = torch.cuda.max_memory_allocated() / 2**30
+    if cuda:  # what the allocator held at its peak: what a GPU must fit (the whole run, its compilation included)
+        figures.peak_memory_gib = torch.cuda.max_memory_reserved() / 2**30
     failed = []
     if not any((a != b.detach()).any() for a, b in zip(lora, trainer.agent.lm.parameters_of())):
         failed.append("the LoRA weights did not change")
@@ -334,7 +339,8 @@ def write_rates(
         setting = ("decoded_action" if "one-pass" in variant else "obs_action", VARIANTS[variant].get("ranks", 1))
         key = "ppo" if variant == "PPO-GLAM" else "sac+her"
         steady = None if math.isnan(f.steady) else round(f.steady, 2)
-        by_setting.setdefault(setting, {})[key] = gpu_rates.Speed(steady, round(f.whole_run, 2))
+        memory = None if f.peak_memory_gib is None else round(f.peak_memory_gib, 1)
+        by_setting.setdefault(setting, {})[key] = gpu_rates.Speed(steady, round(f.whole_run, 2), memory)
         steadies = ", ".join(f"{m} {cell(runs[variant, m].steady, '.2f')}" for m in MODES if (variant, m) in runs)
         notes.setdefault(setting, []).append(
             f"{variant}: steady {steadies}; {mode}: {cell(f.tflops, '.3g')} TFLOP/s in kernels, GPU busy "
@@ -401,6 +407,12 @@ def main() -> int:
     parser.add_argument("--rates", type=Path, help="the rates file to write (default: the budget's, for this GPU)")
     parser.add_argument("--json", type=Path, help="append each run's figures to this file as a JSON line")
     parser.add_argument("--small", action="store_true", help="PPO: 64-step rollouts of 2 epochs (CPU tests)")
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "bfloat16", "float16", "float32"],
+        help="model.dtype (auto: what a run on this GPU computes in); float16 measures a V100's dtype on another GPU",
+    )
     add_threads_argument(parser)
     args = parser.parse_args()
     variants, modes = args.variants.split(","), args.modes.split(",")
@@ -429,7 +441,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model or save_flan_t5_base_shaped(Path(tmp) / "flan-t5-base-shaped")
         dtype = DevicePlan.of_model(
-            run_config(variants[0], model, args.device, "eager", 8, Path(tmp), args.small).model
+            run_config(variants[0], model, args.device, "eager", 8, Path(tmp), args.small, args.dtype).model
         ).dtype
         print(f"gpu_check: {name}, torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s), model {model}")
         print(f"dtype {dtype}, 4-bit weights, LoRA; modes {', '.join(modes)}\n\n{HEADER}")
@@ -440,7 +452,7 @@ def main() -> int:
             total = args.steps + profiled + envs
             for mode in modes:
                 out = Path(tmp) / f"{variant}-{mode}"
-                config = run_config(variant, model, args.device, mode, total, out, args.small)
+                config = run_config(variant, model, args.device, mode, total, out, args.small, args.dtype)
                 figures, failed = train(config, args.steps - args.steps % envs, profiled)
                 gc.collect()
                 if cuda:

@@ -4,11 +4,54 @@ into a shared cache on a login node (with internet) for compute nodes that run o
 from __future__ import annotations
 
 import os
+import shutil
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+NETWORK_EVENTS = ("socket.getaddrinfo", "socket.connect")  # Python's audit events of a connection's first steps
+_recorders: list[list[str]] = []  # one list per open `network_attempts` block
+_hooked: list[bool] = []  # the audit hook, once per process: audit hooks cannot be removed
 
 
 def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _recorders and event in NETWORK_EVENTS:
+        where = args[0] if event == "socket.getaddrinfo" else args[1]
+        for found in _recorders:
+            found.append(f"{event} {where}")
+
+
+@contextmanager
+def network_attempts() -> Iterator[list[str]]:
+    """The connections this process starts to make (host lookups, connects) while the block runs, from Python's audit
+    events: what "read offline" means, whatever HF_HUB_OFFLINE says."""
+    if not _hooked:
+        sys.addaudithook(_audit)
+        _hooked.append(True)
+    found: list[str] = []
+    _recorders.append(found)
+    try:
+        yield found
+    finally:
+        _recorders.remove(found)
+
+
+def stage_folder(folder: Path, name: str, cache_dir: Path, commit: str) -> Path:
+    """A local model folder copied into a Hugging Face cache as hub model `name` at `commit` (its snapshot, and `main`
+    pointing to it), as `stage` leaves a downloaded one: a GPU check's model read offline without the Hub."""
+    from huggingface_hub.file_download import repo_folder_name
+
+    repo = Path(cache_dir) / repo_folder_name(repo_id=name, repo_type="model")
+    snapshot = repo / "snapshots" / commit
+    shutil.copytree(folder, snapshot, dirs_exist_ok=True)
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+    return snapshot
 
 
 STAGED_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "tokenizer*"]

@@ -76,10 +76,11 @@ class Gpu:
     capability: tuple[int, int]
     names: tuple[str, ...]  # words of the device name (torch.cuda.get_device_name) that identify it
     tflops: dict[str, float]
+    memory_gib: float | None = None  # what torch.cuda.get_device_properties(...).total_memory reports, in GiB
 
     def peak(self, config: RunConfig) -> tuple[str, float]:
         """(the dtype `config` computes in on this GPU, its dense peak TFLOP/s)."""
-        dtype = config.model.dtype_on_gpu(self.capability)
+        dtype = config.model.compute_dtype(self.capability)
         return dtype, self.tflops.get(dtype, float("nan"))
 
 
@@ -136,6 +137,28 @@ class Calibration:
             return rate, "scaled estimate"
         return rate, "paper" if cost == 1.0 else f"paper, {algorithm} x{cost:g}"
 
+    def peak_memory(self, config: RunConfig, gpu: str, per_gpu: int) -> tuple[float, str] | None:
+        """A process's measured peak of GPU memory in GiB for `config` with `per_gpu` ranks on its GPU, and where it
+        was measured: gpu_check's measurement of this many ranks per GPU in the run's dtype and weights, of its
+        algorithm (else the nearest), on this GPU type first, else on another (memory does not scale with peaks);
+        None where none was measured."""
+        dtype = self.gpus[gpu].peak(config)[0]
+        found = []
+        for measured_on, rates in self.checked.items():
+            m = rates.find(dtype, config.model.load_in_4bit, config.sac.critic.input, per_gpu)
+            for algorithm, speed in m.env_steps_per_s.items() if m else ():
+                if speed.peak_memory_gib is not None:
+                    rank = (
+                        measured_on != gpu,
+                        algorithm != algorithm_key(config),
+                        algorithm.split("+")[0] != (config.algorithm),
+                    )
+                    found.append((rank, measured_on, speed.peak_memory_gib))
+        if not found:
+            return None
+        _, measured_on, gib = min(found)
+        return gib, measured_on
+
     def _checked(self, config: RunConfig, gpu: str, per_gpu: int) -> tuple[float, str] | None:
         """Steps per GPU-hour from what gpu_check measured: on this GPU type first, else on another that computes the
         run in the same dtype, scaled by the ratio of their dense peaks; then the run's own algorithm, else the nearest
@@ -185,7 +208,10 @@ def load_table(table: str | Path) -> Calibration:
         raw = yamlfile.load(table, "calibration table")
         gpus = {
             name: Gpu(
-                tuple(entry["capability"]), tuple(entry["names"]), {k: float(v) for k, v in entry["tflops"].items()}
+                tuple(entry["capability"]),
+                tuple(entry["names"]),
+                {k: float(v) for k, v in entry["tflops"].items()},
+                float(entry["memory_gib"]) if entry.get("memory_gib") is not None else None,
             )
             for name, entry in (raw.get("gpus") or {}).items()
         }
@@ -288,6 +314,63 @@ class Limits:
         return max(1, math.ceil(wall_hours / self.hours_per_attempt)) if math.isfinite(wall_hours) else 1
 
 
+@dataclass(frozen=True)
+class Layout:
+    """The plan's runs of `ranks` data-parallel ranks as `gpus_per_node` processes, a GPU each (the launcher's
+    setting): what training them costs, and whether a process fits its GPU."""
+
+    gpus_per_node: int
+    ranks: int
+    gpu_hours: float
+    wall_hours: float  # the longest run's
+    peak_gib: float | None  # the largest measured peak of a process among the runs (None: none measured)
+    memory_gib: float | None  # the GPU type's
+
+    @property
+    def name(self) -> str:
+        per_gpu = self.ranks // self.gpus_per_node
+        return "a GPU per rank" if per_gpu == 1 else f"{per_gpu} ranks on one GPU"
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether a process's measured peak fits the GPU's memory (None: either is unknown)."""
+        if self.peak_gib is None or self.memory_gib is None:
+            return None
+        return self.peak_gib <= self.memory_gib
+
+
+def price_layouts(
+    runs: list[Run], gpu_type: str, calibration: Calibration, queued: frozenset[Path] = frozenset()
+) -> list[Layout]:
+    """Both layouts of the plan's runs with their own `ranks` (several data-parallel ranks that do not change with
+    the processes): a GPU per rank, and all ranks held by one process on one GPU; none where no run has several."""
+    ranks = {run.config.ranks for run in runs if run.config.ranks and run.config.ranks > 1}
+    if len(ranks) != 1:  # none, or runs of different ranks: no one launcher setting moves them all
+        return []
+    (rank_count,) = ranks
+    layouts = []
+    for gpus in (rank_count, 1):
+        estimates = [e for e in estimate(runs, gpus, gpu_type, calibration, queued) if e.remaining_steps]
+        peaks = [calibration.peak_memory(e.run.config, gpu_type, ranks_per_gpu(e.run.config, gpus)) for e in estimates]
+        layouts.append(
+            Layout(
+                gpus,
+                rank_count,
+                sum(e.gpu_hours for e in estimates),
+                max((e.wall_hours for e in estimates), default=0.0),
+                None if not peaks or None in peaks else max(gib for gib, _ in peaks),
+                calibration.gpus[gpu_type].memory_gib,
+            )
+        )
+    return layouts
+
+
+def cheapest(layouts: list[Layout]) -> Layout | None:
+    """The layout of fewest GPU-hours among those whose process fits its GPU (fewer wall hours on a tie)."""
+    fitting = [layout for layout in layouts if layout.fits and math.isfinite(layout.gpu_hours)]
+    return min(fitting, key=lambda layout: (round(layout.gpu_hours, 6), layout.wall_hours), default=None)
+
+
 @dataclass
 class Budget:
     estimates: list[Estimate]
@@ -295,6 +378,8 @@ class Budget:
     spent_partial: float  # GPU-hours of the checkpointed part of unfinished runs (estimated)
     limits: Limits
     calibration: Calibration
+    layouts: list[Layout] = field(default_factory=list)  # the plan in each layout (runs with several ranks)
+    gpus_per_node: int = 0  # the launcher's (0: no GPUs)
 
     @property
     def planned(self) -> float:
@@ -363,7 +448,9 @@ def make_budget(
             f"budget.gpu: {gpu_type} is not a GPU of the calibration table ({', '.join(calibration.gpus)})"
         )
     measured, partial = spent(results, gpu_type if gpus else "cpu", calibration)
-    return Budget(estimate(runs, gpus, gpu_type, calibration, queued), measured, partial, limits, calibration)
+    layouts = price_layouts(runs, gpu_type, calibration, queued) if gpus else []
+    estimates = estimate(runs, gpus, gpu_type, calibration, queued)
+    return Budget(estimates, measured, partial, limits, calibration, layouts, gpus)
 
 
 # -- the report -------------------------------------------------------------------------------------
@@ -407,8 +494,44 @@ def report(budget: Budget, allocation: float | None, dryrun: bool = True) -> str
         count = sum(len(members) for members in lines.values())
         out.append(f"    {'subtotal ' + experiment:<40}{count:>5}{'':<31}{_h(subtotal, 11)}")
     out += _legend(budget)
+    out += layout_lines(budget)
     out.append(total_line(budget, allocation, warn=dryrun))
     return "\n".join(out)
+
+
+def layout_lines(budget: Budget) -> list[str]:
+    """The plan in both layouts, each checked against the GPU's memory, and the cheaper that fits."""
+    if not budget.layouts:
+        return []
+    layouts = budget.layouts
+    memory = layouts[0].memory_gib
+    lines = [f"  layouts ({'memory unknown' if memory is None else f'{memory:g} GiB a GPU'}):"]
+    for layout in layouts:
+        peak = "peak not measured" if layout.peak_gib is None else f"{layout.peak_gib:g} GiB a process"
+        fits = {True: "fits", False: "does NOT fit", None: "fit unknown"}[layout.fits]
+        chosen = "  <- this plan" if layout.gpus_per_node == budget.gpus_per_node else ""
+        label = f"gpus_per_node: {layout.gpus_per_node} ({layout.name})"
+        hours = f"{_h(layout.gpu_hours, 9)} GPU-h, {_h(layout.wall_hours, 0)} h a run"
+        lines.append(f"    {label:<40}{hours}, {peak}: {fits}{chosen}")
+    best = cheapest(layouts)
+    if best is None:
+        lines.append(
+            "    cheaper that fits: unknown (a peak not measured, or none fits): gpu_check on this GPU type measures it"
+        )
+    elif best.gpus_per_node == budget.gpus_per_node:
+        lines.append(f"    cheaper that fits: gpus_per_node: {best.gpus_per_node}, this plan's")
+    else:
+        lines.append(
+            f"    cheaper that fits: gpus_per_node: {best.gpus_per_node} ({best.name}), not this plan's "
+            f"(launcher.gpus_per_node: {budget.gpus_per_node}): docs/cluster.md says how to choose"
+        )
+    current = next((layout for layout in layouts if layout.gpus_per_node == budget.gpus_per_node), None)
+    if current is not None and current.fits is False:
+        lines.append(
+            f"  WARNING: a process of this plan's layout peaks at {current.peak_gib:g} GiB, over the GPU's "
+            f"{current.memory_gib:g} GiB: set launcher.gpus_per_node: {budget.layouts[0].gpus_per_node}"
+        )
+    return lines
 
 
 def _legend(budget: Budget) -> list[str]:
@@ -478,7 +601,7 @@ def summary(budget: Budget, allocation: float | None, finished: dict[str, int]) 
     ]
     for experiment, done in finished.items():
         out.append(f"  {experiment[:40]:<40}{to_train[experiment]:>10}{done:>10}{_h(gpu_hours[experiment], 11)}")
-    return "\n".join([*out, total_line(budget, allocation), *_requeue_warning(budget)])
+    return "\n".join([*out, total_line(budget, allocation), *_requeue_warning(budget), *layout_lines(budget)])
 
 
 def total_line(budget: Budget, allocation: float | None, warn: bool = True) -> str:

@@ -37,7 +37,7 @@ class GpuRatesError(ValueError):
 
 @settings
 class Speed:
-    """One rank's environment steps per second (its 8 environments together)."""
+    """The process's environment steps per second (its ranks' environments together) and its memory."""
 
     steady: StepsPerSecond | None = None
     """Once the loop is steady: SAC from the middle of its updating steps, PPO over the rollout+update cycles after
@@ -45,6 +45,9 @@ class Speed:
     whole_run: StepsPerSecond | None = None
     """Over the whole run, with the first steps, which only act (faster), and the first calls of each kind, which
     capture and compile (slower)."""
+    peak_memory_gib: Annotated[float, Field(gt=0)] | None = None
+    """The process's peak of GPU memory in GiB (torch.cuda.max_memory_reserved: what its allocator held, which the
+    GPU's memory must fit); None where not measured."""
 
     @model_validator(mode="after")
     def _measured(self):

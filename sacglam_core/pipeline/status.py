@@ -218,6 +218,13 @@ def launched_settings(results: str, overrides: dict) -> WorkflowConfig | None:
     return load_workflow_config(files, {**config, **overrides})
 
 
+def campaign_settings(profile: str | None, results: str | None, overrides: dict) -> WorkflowConfig:
+    """A campaign's settings: those of `profile`, else those the last launch on `results` used, else those of the one
+    profile of `profiles/` with a cluster file (a ValueError naming the choices where there are several)."""
+    settings = None if profile else launched_settings(results or "results", overrides)
+    return settings if settings is not None else settings_of(profile or only_profile(), overrides)
+
+
 def only_profile() -> str:
     """The one profile of `profiles/` with a cluster file; a ValueError naming the choices otherwise."""
     profiles = sorted(p for p in Path("profiles").glob("*") if (p / "config.yaml").is_file())

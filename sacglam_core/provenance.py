@@ -1,0 +1,59 @@
+"""What a run records in done.json about where it ran and what it trained, for the first job's checks
+(pipeline/gpu_smoke.py): the image, the weights as they were loaded, and each optimizer's own steps on the adapters."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import torch
+
+from sacglam_core.runfiles import IMAGE_FILES, file_sha256
+
+IMAGE_DIR = Path("/opt/sacglam")  # containers/sacglam.def copies its definition and the lock there
+
+
+def image_identity(image_dir: Path = IMAGE_DIR) -> dict | None:
+    """The Apptainer image this process runs in and the SHA-256 of the definition and lock it was built from (which
+    the project's image alone carries); None outside an image."""
+    container = os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER")
+    if not container:
+        return None
+    return {"path": container} | {f"{k}_sha256": file_sha256(image_dir / name) for k, name in IMAGE_FILES.items()}
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def weights_record(model: torch.nn.Module) -> dict:
+    """How the LLM's weights were loaded: its 4-bit layers (bitsandbytes' Linear4bit), their quantisation and the
+    dtype they compute in, and the input embedding's dtype (the compute dtype of the weights that are not 4-bit)."""
+    try:
+        import bitsandbytes as bnb
+
+        quantized = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    except ImportError:
+        quantized = []
+    return {
+        "4bit_layers": len(quantized),
+        "quant_types": sorted({str(m.weight.quant_type) for m in quantized}),
+        "4bit_compute_dtypes": sorted({_dtype(m.compute_dtype) for m in quantized if m.compute_dtype is not None}),
+        "embedding_dtype": _dtype(model.get_input_embeddings().weight.dtype),
+    }
+
+
+def optimizer_record(model: torch.nn.Module, optimizers: dict[str, torch.optim.Optimizer]) -> dict:
+    """Each optimizer's steps and Adam's first moment on the LoRA adapters it trains: above 0 only where its own
+    loss's gradients reached them. (The adapters' norm cannot tell: a critic that shares the actor's adapters moves
+    them with the actor's update broken.)"""
+    names = {id(p): name for name, p in model.named_parameters()}
+    record = {}
+    for name, optimizer in optimizers.items():
+        lora = [p for group in optimizer.param_groups for p in group["params"] if ".lora_" in names.get(id(p), "")]
+        states = [optimizer.state.get(p, {}) for p in lora]
+        steps = max((int(float(s["step"])) for s in states if "step" in s), default=0)
+        square = sum(float(s["exp_avg"].double().square().sum()) for s in states if "exp_avg" in s)
+        record[name] = {"steps": steps, "lora_tensors": len(lora), "lora_moment_norm": math.sqrt(square)}
+    return record
