@@ -360,15 +360,22 @@ def test_a_dry_run_ends_with_a_summary_per_experiment_and_every_warning(tmp_path
     assert result.returncode == 0, result.stdout[-3000:]
     start, end = result.stdout.split("This was a dry-run", 1)  # as a terminal shows Snakemake's log and ours
     end = end.splitlines()[1:]
-    # 8 lines, and one more where SLURM's commands are not installed (the preflight says so)
-    assert len(end) in (8, 9) and end[0] == "" and end[1].startswith("Summary of this dry run"), end
+    # 12 lines, and one more where SLURM's commands are not installed (the preflight says so)
+    assert len(end) in (12, 13) and end[0] == "" and end[1].startswith("Summary of this dry run"), end
     assert end[2].split() == ["experiment", "to", "train", "finished", "GPU-h"]
     assert end[3].split() == ["main", "11", "1", "743.2"]  # one PPO-GLAM run of 34.4 GPU-hours is finished
     assert end[4].split() == ["ppo_her", "12", "0", "412.8"]
-    assert end[5].startswith("  total: 23 runs to train, 1,156.0 GPU-hours planned + 0.0 spent = 1,156.0 of")
-    assert end[6].startswith("  WARNING: 1,156.0 GPU-hours is over the allocation of 100.0")
-    assert end[7].startswith(f"  WARNING: preflight: {cluster_profile}/cluster.yaml: launcher.partition is not set")
-    assert all(warning in start for warning in end[6:])  # the budget's warnings, repeated
+    # both layouts of the example's V100s: the peak-ratio rule prices them alike, and no peak is measured there
+    assert end[5] == "  layouts (31.7 GiB a GPU):"
+    assert re.match(r"    gpus_per_node: 4 \(a GPU per rank\) +1,156\.0 GPU-h, .*: fit unknown$", end[6]), end[6]
+    assert re.match(
+        r"    gpus_per_node: 1 \(4 ranks on one GPU\) +1,156\.0 GPU-h, .*: fit unknown  <- this plan", end[7]
+    )
+    assert end[8].startswith("    cheaper that fits: unknown")
+    assert end[9].startswith("  total: 23 runs to train, 1,156.0 GPU-hours planned + 0.0 spent = 1,156.0 of")
+    assert end[10].startswith("  WARNING: 1,156.0 GPU-hours is over the allocation of 100.0")
+    assert end[11].startswith(f"  WARNING: preflight: {cluster_profile}/cluster.yaml: launcher.partition is not set")
+    assert all(warning in start for warning in end[10:])  # the budget's warnings, repeated
 
 
 def test_local_runs_claim_their_torch_threads_as_snakemake_cores(tmp_path, definitions):

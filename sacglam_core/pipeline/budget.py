@@ -601,7 +601,7 @@ def summary(budget: Budget, allocation: float | None, finished: dict[str, int]) 
     ]
     for experiment, done in finished.items():
         out.append(f"  {experiment[:40]:<40}{to_train[experiment]:>10}{done:>10}{_h(gpu_hours[experiment], 11)}")
-    return "\n".join([*out, total_line(budget, allocation), *_requeue_warning(budget), *layout_lines(budget)])
+    return "\n".join([*out, *layout_lines(budget), total_line(budget, allocation), *_requeue_warning(budget)])
 
 
 def total_line(budget: Budget, allocation: float | None, warn: bool = True) -> str:
