@@ -97,11 +97,6 @@ def test_nccl_on_a_cpu_and_a_gpu_the_machine_lacks_are_refused_in_one_line():
             DevicePlan.of_model(ModelConfig("x", device="cuda:1"))
 
 
-def test_a_process_finds_its_own_gpu_of_the_node():
-    assert [device_plan.local_gpu(rank, 4) for rank in range(4)] == [0, 1, 2, 3]
-    assert [device_plan.local_gpu(rank, 1) for rank in range(4)] == [0, 0, 0, 0]  # SLURM bound one GPU per task
-
-
 def test_the_plan_leaves_the_fingerprint_alone():
     from sacglam_core.config import parse_config
 

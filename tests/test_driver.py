@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sacglam_core import EXIT_PREEMPTED, runfiles
-from sacglam_core.distributed import local_gpu
+from sacglam_core.device_plan import local_gpu
 from sacglam_core.lease import RunLease
 from sacglam_core.pipeline import driver as driving
 from sacglam_core.pipeline import launch, runstate, slurm

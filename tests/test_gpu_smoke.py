@@ -6,6 +6,7 @@ online, a resume that does not match)."""
 import http.server
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -245,3 +246,31 @@ def test_a_resume_from_another_checkpoint_than_the_drills_fails(tmp_path, hub_ca
     out = smoke_run(tmp_path, hub_cache, before_resume=lose_the_newest_checkpoint)
     results = gpu_smoke.checks(out, PINNED)
     assert verdicts(results)["checkpoint and requeue"] is False, results
+
+
+def test_without_a_profile_it_checks_the_run_of_the_campaigns_own_profile(tmp_path, monkeypatch, capsys):
+    """After `cp -r profiles/slurm profiles/mine` (its own cluster file, its own results folder), `gpu_smoke` alone
+    reads that profile, as `status` does, not profiles/slurm; a run not there yet says which command shows it."""
+    from sacglam_core.pipeline.experiments import expand, load_definitions
+    from sacglam_core.pipeline.status import settings_of
+
+    results = tmp_path / "scratch" / "results"
+    for name in ("slurm", "mine"):
+        profile = tmp_path / "profiles" / name
+        profile.mkdir(parents=True)
+        (profile / "config.yaml").write_text("configfile: workflow.yaml\n")
+        (profile / "workflow.yaml").write_text(f"cluster_file: cluster.yaml\nexperiments: [gpu_smoke]\n")
+    (tmp_path / "profiles" / "mine" / "cluster.yaml").write_text(
+        f"results: {results}\nlauncher: {{executor: local, container: null}}\n"
+    )
+    shutil.copytree(gpu_smoke.ROOT / "workflow" / "config", tmp_path / "workflow" / "config")  # a checkout's
+    monkeypatch.chdir(tmp_path)
+    assert gpu_smoke.main([]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {results}/gpu_smoke/")  # the profile's run, not finished
+    settings = settings_of("profiles/mine", {})
+    (run,) = expand(load_definitions(*settings.definition_files), ["gpu_smoke"], results, {"models": "."})
+    run.directory.mkdir(parents=True)
+    run_dir(run.directory, GOOD | {"image": None, "container": None}, model=run.settings["model"])
+    assert gpu_smoke.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{run.directory}:\nNOT RUN  image: ran outside an image") and out.count("\nPASS  ") == 5
