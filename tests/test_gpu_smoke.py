@@ -259,7 +259,7 @@ def test_without_a_profile_it_checks_the_run_of_the_campaigns_own_profile(tmp_pa
         profile = tmp_path / "profiles" / name
         profile.mkdir(parents=True)
         (profile / "config.yaml").write_text("configfile: workflow.yaml\n")
-        (profile / "workflow.yaml").write_text(f"cluster_file: cluster.yaml\nexperiments: [gpu_smoke]\n")
+        (profile / "workflow.yaml").write_text("cluster_file: cluster.yaml\nexperiments: [gpu_smoke]\n")
     (tmp_path / "profiles" / "mine" / "cluster.yaml").write_text(
         f"results: {results}\nlauncher: {{executor: local, container: null}}\n"
     )
