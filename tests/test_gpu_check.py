@@ -76,7 +76,9 @@ def test_measured_figures_become_the_rates_file_the_budget_prices_from(tmp_path)
     runs = {
         ("SAC-GLAM+HER", "eager"): Figures(steady=3.8, whole_run=5.6, updates_per_s=0.95, tflops=13.4, busy=0.21),
         ("SAC-GLAM+HER", "captured"): Figures(steady=9.0, whole_run=20.0, updates_per_s=2.2, tflops=30.1, busy=0.9),
-        ("SAC-GLAM+HER", "compiled"): Figures(steady=15.0, whole_run=8.0, updates_per_s=3.7, tflops=55.0, busy=0.88),
+        ("SAC-GLAM+HER", "compiled"): Figures(
+            steady=15.0, whole_run=8.0, updates_per_s=3.7, tflops=55.0, busy=0.88, peak_memory_gib=4.94
+        ),
         ("PPO-GLAM", "captured"): Figures(steady=60.0, whole_run=61.0, updates_per_s=0.1),
         ("PPO-GLAM", "compiled"): Figures(steady=float("nan"), whole_run=27.0, updates_per_s=float("nan")),
         ("SAC-GLAM+HER (4 ranks on one GPU)", "captured"): Figures(steady=27.0, whole_run=70.0, updates_per_s=1.8),
@@ -84,8 +86,10 @@ def test_measured_figures_become_the_rates_file_the_budget_prices_from(tmp_path)
     command = "python -m sacglam_core.benchmarks.gpu_check"
     write_rates(path, "H100", "NVIDIA H100 80GB HBM3", "bfloat16", runs, command)
     one, four = yaml.safe_load(path.read_text())["measurements"]
-    assert one["env_steps_per_s"] == {"sac+her": {"steady": 15.0, "whole_run": 8.0},
-                                      "ppo": {"steady": 60.0, "whole_run": 61.0}}  # fmt: skip
+    assert one["env_steps_per_s"] == {
+        "sac+her": {"steady": 15.0, "whole_run": 8.0, "peak_memory_gib": 4.9},
+        "ppo": {"steady": 60.0, "whole_run": 61.0},
+    }  # fmt: skip (a peak not measured)
     assert (one["ranks_per_gpu"], four["ranks_per_gpu"]) == (1, 4)
     assert four["env_steps_per_s"] == {"sac+her": {"steady": 27.0, "whole_run": 70.0}}
     assert {k: one[k] for k in ("dtype", "load_in_4bit", "critic", "device_name", "command")} == {
@@ -113,7 +117,7 @@ def test_measured_figures_become_the_rates_file_the_budget_prices_from(tmp_path)
     write_rates(path, "H100", "NVIDIA H100 80GB HBM3", "bfloat16", late, command)
     measurements = yaml.safe_load(path.read_text())["measurements"]
     assert [m["ranks_per_gpu"] for m in measurements] == [4, 1]
-    assert measurements[1]["env_steps_per_s"] == {"sac+her": {"steady": None, "whole_run": 6.0}}
+    assert measurements[1]["env_steps_per_s"] == {"sac+her": {"whole_run": 6.0}}  # no steady rate: none written
     her = next(run for run in main if run.variant == "SAC-GLAM+HER")
     rate, source = budgeting.load_calibration(table, tmp_path / "results").rate(her.config, "H100")
     assert rate == pytest.approx(6.0 * 3600) and source == f"gpu_check measured {today}, whole run"

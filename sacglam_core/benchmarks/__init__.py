@@ -10,6 +10,11 @@
     precision           the same short run in fp32, bf16 and fp16 (GradScaler), losses side by side
     census              the CPU census of one rank's hot loop: LLM stack forwards per update, distinct shapes,
                         host traffic inside updates, float32 share of matrix products, graph breaks
+    node_check          what a cluster job does first, on one GPU: 2 processes over gloo against 2 ranks in one
+                        process, float16 captured against eager with a forced overflow, gpu_smoke's first job
+
+Library: `faults` (fault injection on the device: a forced float16 overflow, a check against host reads), which
+node_check and the tests use.
 
 One-off studies behind earlier choices live in `sacglam_core.studies` (compare_revisions, final_policies) or
 only in git history (padding, warmup_collapse, sac_update_speed): docs/studies/benchmark-studies.md.

@@ -147,7 +147,12 @@ def record(path: str | Path, gpu: str, measurements: list[Measurement]) -> GpuRa
     new = {m.setting for m in measurements}
     kept = load(path, [gpu]).measurements if Path(path).exists() else []
     rates = GpuRates(gpu, [m for m in kept if m.setting not in new] + measurements)
-    body = yaml.safe_dump(dataclasses.asdict(rates), sort_keys=False, allow_unicode=True, width=96)
+    raw = dataclasses.asdict(rates)
+    for measurement in raw["measurements"]:  # a figure not measured is left out, not written as null
+        for speed in measurement["env_steps_per_s"].values():
+            for key in [k for k, v in speed.items() if v is None]:
+                del speed[key]
+    body = yaml.safe_dump(raw, sort_keys=False, allow_unicode=True, width=96)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     write_text(path, HEADER.format(gpu=gpu) + body)
     return rates
