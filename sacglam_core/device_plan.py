@@ -57,6 +57,7 @@ class DevicePlan:
     def of_model(
         cls, model: ModelConfig, processes: int = 1, local_rank: int = 0, backend: Backend = "auto"
     ) -> DevicePlan:
+        """The plan of one of `processes` processes, the `local_rank`-th of its node."""
         device = resolve_device(model.device, local_rank)
         gpu = device.startswith("cuda")
         capability = tuple(torch.cuda.get_device_capability(device)) if gpu else None
@@ -67,11 +68,11 @@ class DevicePlan:
                 f"sm_{capability[0]}{capability[1]}: use auto (float16 with loss scaling there) or float32"
             )
         static = gpu if model.static_shapes == "auto" else model.static_shapes
-        capture = model.capture and gpu
+        capture = model.capture and gpu and static  # a graph per shape of every batch would never stop capturing
         compile_ = model.compile is True or (model.compile == "auto" and capture and _triton_supports(device))
         if processes > 1 and backend == "nccl" and not gpu:
             raise ConfigError(f"backend: nccl needs a GPU; this process computes on {device} (use auto or gloo)")
-        if processes > 1:
+        if processes > 1:  # several processes on one GPU need gloo: NCCL refuses them ("Duplicate GPU detected")
             backend = ("nccl" if gpu else "gloo") if backend == "auto" else backend
         collectives = "none" if processes == 1 else "between graphs" if capture else "in the update"
         return cls(

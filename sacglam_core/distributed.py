@@ -14,11 +14,12 @@ inside one (`outside_graphs`), so the same code runs over nccl or gloo, captured
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -58,6 +59,9 @@ class Ranks:
     local_rank: int = 0
     device: str = "cpu"  # where collective tensors live: the GPU with nccl
     per_process: int = 1  # data-parallel ranks held by each process
+    # Each parameter list's flat gradient bucket, allocated at its first (eager) all-reduce and reused by every later
+    # one, captured or not: no captured graph holds a bucket of its own.
+    buckets: dict[tuple[int, ...], torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def is_main(self) -> bool:
@@ -94,12 +98,17 @@ class Ranks:
         if not self.active or not params:
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([g.reshape(-1) for g in grads])  # one bucket: one collective per optimizer step
-        outside_graphs(lambda: dist.all_reduce(flat))
-        flat /= self.world
+        bucket = self.buckets.get(key := tuple(map(id, params)))
+        if bucket is None:
+            dtype = functools.reduce(torch.promote_types, (p.dtype for p in params))
+            size = sum(p.numel() for p in params)
+            bucket = self.buckets[key] = torch.empty(size, dtype=dtype, device=params[0].device)
+        torch.cat([g.reshape(-1) for g in grads], out=bucket)  # one bucket: one collective per optimizer step
+        outside_graphs(lambda: dist.all_reduce(bucket))
+        bucket /= self.world
         offset = 0
         for p, g in zip(params, grads):
-            p.grad = flat[offset : offset + g.numel()].view_as(g).to(p.dtype)
+            p.grad = bucket[offset : offset + g.numel()].view_as(g).to(p.dtype)
             offset += g.numel()
 
     def sum(self, values: list[float]) -> list[float]:

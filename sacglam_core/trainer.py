@@ -141,6 +141,7 @@ class Trainer:
         self._saved_at = -1  # env steps of the last checkpoint this process wrote or resumed from
         self._skipped = (0.0, 0.0)  # float16: optimizer steps and steps its scaler skipped, at the last metrics row
         self.resumes: list[dict] = []  # each resume's step and weights' checksum, saved and loaded
+        self.network = list(self.agent.source.network)  # connections loading the model started, in every attempt
 
     def _take_lease(self) -> None:
         """Rank 0 takes the run directory's lease before anything in it is touched, then removes the
@@ -224,7 +225,7 @@ class Trainer:
         if resumed is None and drill is not None:  # the requeue drill: once, in an attempt that did not resume
             print(f"{self.out}: requeue drill: this attempt stops at {drill} steps", file=sys.stderr)
             stop_at_steps = min(drill, stop_at_steps or drill)
-        gpus = self.ranks.world if self.agent.lm.device.type == "cuda" else 0
+        self.gpus = gpus = self._gpus()
         self.monitor = Monitor(
             self.config, self.out, self.ranks, gpus, self.plan.summary, self.env_steps, self.elapsed, resumed
         )
@@ -340,11 +341,7 @@ class Trainer:
     def _hardware(self) -> dict:
         """GPUs used (for the GPU-hour calibration of the workflow's budget), and the CPU and its kernels: other
         kernels round float reductions differently, and through them the sampled actions (cpu.py)."""
-        device = self.agent.lm.device
-        if device.type != "cuda":
-            gpus = {"gpus": 0, "gpu_name": None}
-        else:
-            gpus = {"gpus": self.ranks.world, "gpu_name": torch.cuda.get_device_name(device)}
+        gpus = {"gpus": self.gpus, "gpu_name": self.plan.gpu}
         image = image_identity()
         return gpus | {
             "cpu_name": cpu_name(),
@@ -353,17 +350,23 @@ class Trainer:
             "image": image,
         }
 
+    def _gpus(self) -> int:
+        """The GPUs the run's processes compute on, each counted once (processes may share one); 0 on CPUs."""
+        if self.plan.gpu is None:
+            return 0
+        return len(set(self.ranks.gather_strings(str(torch.cuda.get_device_properties(self.plan.device).uuid))))
+
     def _as_run(self) -> dict:
         """Settings resolved at run time (for the hyperparameter tables): compute dtype, LoRA's modules and how far
         its adapters moved; the SHA-256 of the weights a local model folder held when the run loaded them, or the
         commit of a hub model's cached files."""
         return {
-            "dtype": self.agent.compute_dtype,
+            "dtype": self.plan.dtype,
             "lora_target_modules": lora_target_modules(self.agent.lm.model),
             "lora_b_norm": adapter_norm(self.agent.lm.model),
             "model_sha256": self.model_sha256,
             "model_commit": self.agent.source.commit,  # at load time
-            "model_network": list(self.agent.source.network),
+            "model_network": self.network,
             "hub_offline": hub_offline(),
             "weights": weights_record(self.agent.lm.model),
             "optimizers": optimizer_record(self.agent, self.algo.optimizers),
@@ -377,7 +380,7 @@ class Trainer:
     # -- metrics ---------------------------------------------------------------------------------
     def _log_row(self) -> None:
         self._check_health()
-        if self.agent.compute_dtype == "float16":
+        if self.plan.loss_scaling:
             share, self._skipped = self.algo.health.skipped_share(self._skipped)
             if share > 0.5 and self.ranks.is_main:
                 print(
@@ -455,6 +458,7 @@ class Trainer:
                 "last_success": self._last_success,
                 "weights_checksum": checksum,
                 "resumes": self.resumes,
+                "network": self.network,
             },  # fmt: skip
         }
         local = {
@@ -516,6 +520,7 @@ class Trainer:
         # What this resume loaded against what was saved: the first job's check that a requeue resumes its run.
         loaded = {"env_steps": self.env_steps, "saved": counters.get("weights_checksum"), "loaded": self._checksum()}
         self.resumes = [*counters.get("resumes", []), loaded]
+        self.network = [*counters.get("network", []), *self.network]
         shards = local.get("shards", [local])  # one rank's state at the top: a checkpoint from before ranks were held
         if len(shards) != len(self.shards):
             raise CheckpointError(

@@ -75,6 +75,9 @@ def test_on_a_gpu_passes_are_static_captured_and_compiled_where_torch_can_compil
     assert not DevicePlan.of_model(ModelConfig("x", device="cuda", lora=LoraSettings())).compile
     eager = DevicePlan.of_model(ModelConfig("x", device="cuda", capture=False), processes=2, backend="gloo")
     assert (eager.capture, eager.compile, eager.backend, eager.collectives) == (False, False, "gloo", "in the update")
+    # each batch at its own shapes: a graph (and a compilation) per shape would never stop; so neither
+    per_batch = DevicePlan.of_model(ModelConfig("x", device="cuda", static_shapes=False))
+    assert (per_batch.static_shapes, per_batch.capture, per_batch.compile) == (False, False, False)
 
 
 def test_the_compile_rule_is_torchs_own(monkeypatch):

@@ -366,7 +366,7 @@ def test_a_dry_run_ends_with_a_summary_per_experiment_and_every_warning(tmp_path
     assert end[3].split() == ["main", "11", "1", "743.2"]  # one PPO-GLAM run of 34.4 GPU-hours is finished
     assert end[4].split() == ["ppo_her", "12", "0", "412.8"]
     # both layouts of the example's V100s: the peak-ratio rule prices them alike, and no peak is measured there
-    assert end[5] == "  layouts (31.7 GiB a GPU):"
+    assert end[5] == "  layouts of the 23 runs of 4 ranks to train (31.7 GiB a GPU):"
     assert re.match(r"    gpus_per_node: 4 \(a GPU per rank\) +1,156\.0 GPU-h, .*: fit unknown$", end[6]), end[6]
     assert re.match(
         r"    gpus_per_node: 1 \(4 ranks on one GPU\) +1,156\.0 GPU-h, .*: fit unknown  <- this plan", end[7]

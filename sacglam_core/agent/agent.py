@@ -60,7 +60,6 @@ class GlamAgent(nn.Module):
         super().__init__()
         self.lm = lm
         self.plan = plan or DevicePlan.eager(str(lm.device))
-        self.compute_dtype = self.plan.dtype  # float16 calls for loss scaling
         self.tokens = PromptTokens(lm.tokenizer)
         self.action_index = {a: i for i, a in enumerate(action_vocabulary or ())}
         widest = max((len(self.tokens.action(a)) for a in self.action_index), default=None)

@@ -22,8 +22,8 @@ meet at every collective, eager, captured or replayed, whatever the backend.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-import sys
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -101,11 +101,14 @@ class _Entry:
 
 
 class Graphs:
-    """Calls replayed from CUDA graphs, one per key; eager calls where `enabled` is false or not on a GPU."""
+    """Calls replayed from CUDA graphs, one per key (in pieces where it starts collectives); eager calls where
+    `enabled` is false (the device plan's `capture`)."""
 
     def __init__(self, device: torch.device | str, enabled: bool = True) -> None:
         self.device = torch.device(device)
-        self.enabled = enabled and self.device.type == "cuda"
+        if enabled and self.device.type != "cuda":
+            raise ValueError(f"captured graphs need a CUDA device, not {self.device}")
+        self.enabled = enabled
         self.seconds = 0.0  # spent capturing
         self._entries: dict[Hashable, _Entry] = {}
         if self.enabled:
@@ -175,8 +178,10 @@ class Graphs:
                 outputs = fn(entry.inputs.tensors)
             end()
         except BaseException:
-            if piece is not None:
-                piece.__exit__(*sys.exc_info())
+            if piece is not None:  # end the broken capture and leave its stream; the error raised is fn's own
+                with contextlib.suppress(Exception):
+                    piece.cuda_graph.capture_end()
+                piece.stream_ctx.__exit__(None, None, None)
             entry.pieces.clear()
             entry.collectives.clear()
             raise

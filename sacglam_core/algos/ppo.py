@@ -153,7 +153,7 @@ class PPO:
         self._action_tokens = [agent.tokens.action(a) for a in ACTION_VOCABULARY]
         self.stats = UpdateStats()
         # float16's gradients overflow now and then (the scaler skips the step): only its losses tell divergence
-        gradients = () if agent.compute_dtype == "float16" else ("gradient",)
+        gradients = () if agent.plan.loss_scaling else ("gradient",)
         self.health = Health(("policy loss", "value loss", *gradients), agent.lm.device, "minibatch step")
         self._env_steps = 0  # of the update under way
 
@@ -416,7 +416,7 @@ class PPO:
 
     def recent_stats(self) -> dict[str, float]:
         """Means since the last call (the monitor's), with float16's skipped steps; leaves them to `pop_stats`."""
-        skipped = {"skipped_steps": float(self.health.skipped)} if self.agent.compute_dtype == "float16" else {}
+        skipped = {"skipped_steps": float(self.health.skipped)} if self.agent.plan.loss_scaling else {}
         return self.stats.unseen() | {"updates": self.updates} | skipped
 
     def divergence(self) -> tuple[str, int, int] | None:

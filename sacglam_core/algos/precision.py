@@ -10,8 +10,8 @@ from sacglam_core.agent import GlamAgent
 
 
 def grad_scaler(agent: GlamAgent) -> torch.amp.GradScaler:
-    """A GradScaler for one optimizer: enabled when the agent computes in fp16, a pass-through otherwise."""
-    return torch.amp.GradScaler(agent.lm.device.type, enabled=agent.compute_dtype == "float16")
+    """A GradScaler for one optimizer: enabled where the device plan scales losses (fp16), a pass-through otherwise."""
+    return torch.amp.GradScaler(agent.lm.device.type, enabled=agent.plan.loss_scaling)
 
 
 def adam(params: list[torch.Tensor], lr: float) -> torch.optim.Adam:

@@ -115,7 +115,7 @@ class SAC:
         self._action_tokens = [tokens.action(a) for a in ACTION_VOCABULARY]
         self.stats = UpdateStats()
         # float16's gradients overflow now and then (the scaler skips the step): only its losses tell divergence
-        gradients = () if agent.compute_dtype == "float16" else ("critic gradient", "actor gradient", "alpha gradient")
+        gradients = () if agent.plan.loss_scaling else ("critic gradient", "actor gradient", "alpha gradient")
         self.health = Health(("critic loss", "actor loss", "alpha loss", *gradients), agent.lm.device)
 
     @property
@@ -300,7 +300,7 @@ class SAC:
     def recent_stats(self) -> dict[str, float]:
         """Means since the last call (the monitor's), with the current alpha and HER share (and float16's skipped
         steps); leaves them to `pop_stats`."""
-        skipped = {"skipped_steps": float(self.health.skipped)} if self.agent.compute_dtype == "float16" else {}
+        skipped = {"skipped_steps": float(self.health.skipped)} if self.agent.plan.loss_scaling else {}
         return self.stats.unseen() | self._current_stats() | skipped
 
     def divergence(self) -> tuple[str, int, int] | None:

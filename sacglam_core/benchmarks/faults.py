@@ -37,11 +37,12 @@ class ForcedOverflow:
                 next(p.grad for p in params if p.grad is not None).add_(self.poison)
             return precision.step(optimizer, scaler, params, max_norm)
 
+        previous = sac.step, ppo.step
         sac.step = ppo.step = poisoned
         try:
             yield self
         finally:
-            sac.step = ppo.step = precision.step
+            sac.step, ppo.step = previous
 
 
 class HostReadError(RuntimeError):

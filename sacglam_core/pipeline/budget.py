@@ -348,6 +348,7 @@ def price_layouts(
     if len(ranks) != 1:  # none, or runs of different ranks: no one launcher setting moves them all
         return []
     (rank_count,) = ranks
+    runs = [run for run in runs if run.config.ranks == rank_count]  # without `ranks`, a run's follow its processes
     layouts = []
     for gpus in (rank_count, 1):
         estimates = [e for e in estimate(runs, gpus, gpu_type, calibration, queued) if e.remaining_steps]
@@ -505,7 +506,9 @@ def layout_lines(budget: Budget) -> list[str]:
         return []
     layouts = budget.layouts
     memory = layouts[0].memory_gib
-    lines = [f"  layouts ({'memory unknown' if memory is None else f'{memory:g} GiB a GPU'}):"]
+    runs = sum(1 for e in budget.estimates if e.run.config.ranks == layouts[0].ranks and e.remaining_steps)
+    gib = "memory unknown" if memory is None else f"{memory:g} GiB a GPU"
+    lines = [f"  layouts of the {runs} runs of {layouts[0].ranks} ranks to train ({gib}):"]
     for layout in layouts:
         peak = "peak not measured" if layout.peak_gib is None else f"{layout.peak_gib:g} GiB a process"
         fits = {True: "fits", False: "does NOT fit", None: "fit unknown"}[layout.fits]
@@ -527,9 +530,10 @@ def layout_lines(budget: Budget) -> list[str]:
         )
     current = next((layout for layout in layouts if layout.gpus_per_node == budget.gpus_per_node), None)
     if current is not None and current.fits is False:
+        advice = f"set launcher.gpus_per_node: {best.gpus_per_node}" if best else "no layout fits this GPU"
         lines.append(
             f"  WARNING: a process of this plan's layout peaks at {current.peak_gib:g} GiB, over the GPU's "
-            f"{current.memory_gib:g} GiB: set launcher.gpus_per_node: {budget.layouts[0].gpus_per_node}"
+            f"{current.memory_gib:g} GiB: {advice}"
         )
     return lines
 
