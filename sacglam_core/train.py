@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     from sacglam_core.cpu import pin_kernels
 
     pin_kernels()
+    quiet_libraries()
     from sacglam_core.checkpoint import CheckpointError
     from sacglam_core.distributed import shutdown
     from sacglam_core.lease import LeaseHeldError
@@ -82,6 +83,17 @@ def main(argv: list[str] | None = None) -> int:
         # arriving then would kill a finished trainer (-12). Ignored signals stay ignored through shutdown.
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
+
+
+def quiet_libraries() -> None:
+    """Keep out of a run's log what says nothing about the run: transformers' progress bar while it loads weights
+    (a screen's, in a log file), and a deprecation inside peft's calls to transformers (not this project's)."""
+    import warnings
+
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
 
 def watch_driver(pid: int, stop: threading.Event, interval_s: float = 1.0) -> None:

@@ -607,6 +607,8 @@ def test_a_finished_run_whose_files_disagree_is_left_out_with_one_warning(experi
     out, err = capsys.readouterr()
     assert err.count("\n") == 1 and message in err
     assert "left out: SAC+HER: [0]" in out and "over 2 seeds" in out and "1.000 from 0.000, 0.750 from 0.000" in out
+    beats = next(line for line in out.splitlines() if "beats the random policy" in line and "over 2 seeds" in line)
+    assert beats.endswith("(per seed: 1.000, 0.750)")  # one random policy for all seeds, said once: not a start
 
 
 def test_an_intact_finished_run_passes_every_check(experiment_dir):

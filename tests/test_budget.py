@@ -401,3 +401,16 @@ def test_a_partition_whose_gpu_types_compute_in_different_dtypes_is_warned_about
     assert "a100 (bfloat16), tesla_v100 (float16)" in warning and warning.endswith("(cluster.yaml)")
     assert warn(["a100_80g", "H100"]) == [] and warn(["a100"]) == []  # bfloat16 on both; one type
     assert "mystery (unknown)" in warn(["a100", "mystery"])[0]
+
+
+def test_variant_and_experiment_names_are_shown_whole(tmp_path, definitions):
+    """A grid's variant names (`input=obs_action weights=shared_frozen`) are never cut to a width: two would share a
+    row. An experiment's name, in the summary, likewise."""
+    runs = expand(definitions, ["critic_architecture"], tmp_path)
+    budget = make(runs, tmp_path)
+    report = budgeting.report(budget, None)
+    for variant in {run.variant for run in runs}:
+        assert re.search(rf"^    {re.escape(variant)} +\d+  new", report, re.M), variant
+    long = replace(runs[0], experiment="an_experiment_whose_name_is_longer_than_forty_characters")
+    summary = budgeting.summary(make([long], tmp_path), None, {long.experiment: 0})
+    assert re.search(rf"^  {long.experiment} +1 +0 ", summary, re.M), summary

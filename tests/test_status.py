@@ -255,3 +255,20 @@ def test_without_a_profile_it_reads_the_last_launchs_settings_or_names_the_profi
     write(results / ".driver" / LAUNCH_FILE, '{"configfiles": ')
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and result.stderr.startswith(f"error: {results / '.driver' / LAUNCH_FILE}: not a")
+
+
+def test_run_names_are_shown_whole_so_that_no_two_runs_share_a_row(tmp_path):
+    """The critic ablation's grid names its variants `input=obs_action weights=shared` and the like: cut to a width,
+    two variants and their seeds read alike; whole, every row names one run, with the device plan of a finished one."""
+    runs = expand(load_definitions(DEFINITIONS), ["critic_architecture"], tmp_path / "results")
+    summary = {"wall_seconds": 60, "gpus": 1, "eval_success": 0.5, "env_steps": runs[0].config.total_steps,
+               "device_plan": {"summary": "cuda:0 (NVIDIA H200, sm_90), bfloat16, static shapes, captured, compiled; "
+                                          "one process"}}  # fmt: skip
+    write(runs[0].directory / runfiles.DONE, summary)
+    text = report([status_of(run, None) for run in runs], str(tmp_path / "results"))
+    rows = text.splitlines()[2 : 2 + len(runs)]
+    names = [f"{r.experiment}/{r.directory.parent.name}/{r.directory.name}" for r in runs]
+    assert max(map(len, names)) > 51  # what the table used to cut them to
+    assert [row.split()[0] for row in rows] == names and len(set(names)) == len(runs)
+    assert rows[0].endswith("final success 0.500; plan: cuda:0 (NVIDIA H200, sm_90), bfloat16, static shapes, "
+                            "captured, compiled; one process")  # fmt: skip

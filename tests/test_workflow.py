@@ -819,3 +819,25 @@ def test_models_are_staged_at_their_pinned_commit_with_only_pytorch_files(tmp_pa
     settings = parse_workflow_config(yaml.safe_load((ROOT / "workflow" / "config" / "config.yaml").read_text()))
     hub_models = {r.config.model.name_or_path for r in expand(definitions, PAPER, "results")}
     assert hub_models <= set(settings.model_revisions)  # every staged model is pinned
+
+
+def test_an_error_names_where_its_value_was_set_the_command_line_included(tmp_path):
+    """`--config 'budget={gpu: B200}'` over a cluster file that says V100: the error blames --config, not the file;
+    the same for a preflight warning about a command-line launcher.gpus_per_node."""
+    from conftest import copy_cluster_profile
+
+    from sacglam_core.pipeline.plan import Plan
+    from sacglam_core.pipeline.status import profile_files
+
+    profile = copy_cluster_profile(tmp_path)
+    files = profile_files(str(profile))
+    settings = load_workflow_config(files, {"budget": {"gpu": "B200"}, "results": str(tmp_path / "results")})
+    with pytest.raises(ValueError) as error:
+        Plan(settings, [])
+    assert str(error.value).startswith("--config: budget.gpu: B200 is not a GPU of ")
+    settings = load_workflow_config(files, {"launcher": {"gpus_per_node": 3}, "results": str(tmp_path / "results")})
+    assert settings.origin("launcher.gpus_per_node") == "--config"
+    assert settings.origin("budget.gpu") == str(profile / "cluster.yaml").removeprefix(f"{ROOT}/")
+    run = next(r for r in expand(load_definitions(DEFINITIONS), ["main"], tmp_path / "results"))
+    warning = Plan(settings, [run])._ranks(run)
+    assert "launcher.gpus_per_node gives (--config): use a divisor of 4" in warning, warning

@@ -469,9 +469,13 @@ def report(budget: Budget, allocation: float | None, dryrun: bool = True) -> str
         f"{counts[s]} {s}" for s in ("new", "resumes", "in queue", "diverged", "finished") if counts[s]
     )
     out = [f"GPU-hour budget of Snakemake's plan: {len(estimates)} train jobs ({statuses or 'none'})"]
+    # names whole, however long a grid makes them: two variants never share a row
+    width = max(
+        [40, *(len(e.run.variant) for e in estimates), *(len(f"subtotal {e.run.experiment}") for e in estimates)]
+    )
     if estimates:
         out.append(
-            f"  {'experiment / variant':<44}{'runs':>5}  {'status':<9}{'GPUs':>5}{'h/run':>8}{'attempts':>9}"
+            f"  {'experiment / variant':<{width + 4}}{'runs':>5}  {'status':<9}{'GPUs':>5}{'h/run':>8}{'attempts':>9}"
             f"{'GPU-h':>11}  estimate"
         )
     groups: dict[str, dict[tuple[str, str, str], list[Estimate]]] = defaultdict(lambda: defaultdict(list))
@@ -489,11 +493,11 @@ def report(budget: Budget, allocation: float | None, dryrun: bool = True) -> str
                 status, source
             )
             out.append(
-                f"    {variant[:40]:<40}{len(members):>5}  {status:<9}{members[0].gpus:>5}{_h(hours, 8)}"
+                f"    {variant:<{width}}{len(members):>5}  {status:<9}{members[0].gpus:>5}{_h(hours, 8)}"
                 f"{attempts:>9}{_h(gpu_hours, 11)}  {shown_source}"
             )
         count = sum(len(members) for members in lines.values())
-        out.append(f"    {'subtotal ' + experiment:<40}{count:>5}{'':<31}{_h(subtotal, 11)}")
+        out.append(f"    {'subtotal ' + experiment:<{width}}{count:>5}{'':<31}{_h(subtotal, 11)}")
     out += _legend(budget)
     out += layout_lines(budget)
     out.append(total_line(budget, allocation, warn=dryrun))
@@ -539,6 +543,11 @@ def layout_lines(budget: Budget) -> list[str]:
 
 
 def _legend(budget: Budget) -> list[str]:
+    if not budget.gpus_per_node:  # local runs on a CPU: no GPU, no SLURM job, no paper's figure to scale
+        return [
+            "  on a CPU: the hours a run takes, from finished runs of the same key (the median); `not measured yet` "
+            "until one finishes; no GPU-hours are spent"
+        ]
     paper = budget.calibration.paper
     costs = ", ".join(f"{k} x{v:g}" for k, v in sorted(budget.calibration.relative_cost.items()))
     limits = budget.limits
@@ -599,12 +608,13 @@ def summary(budget: Budget, allocation: float | None, finished: dict[str, int]) 
         if e.status != "finished":
             to_train[e.run.experiment] += 1
             gpu_hours[e.run.experiment] += e.gpu_hours if math.isfinite(e.gpu_hours) else 0.0
+    width = max([40, *map(len, finished)])
     out = [
         "Summary of this dry run (the budget in full is above):",
-        f"  {'experiment':<40}{'to train':>10}{'finished':>10}{'GPU-h':>11}",
+        f"  {'experiment':<{width}}{'to train':>10}{'finished':>10}{'GPU-h':>11}",
     ]
     for experiment, done in finished.items():
-        out.append(f"  {experiment[:40]:<40}{to_train[experiment]:>10}{done:>10}{_h(gpu_hours[experiment], 11)}")
+        out.append(f"  {experiment:<{width}}{to_train[experiment]:>10}{done:>10}{_h(gpu_hours[experiment], 11)}")
     return "\n".join([*out, *layout_lines(budget), total_line(budget, allocation), *_requeue_warning(budget)])
 
 

@@ -88,7 +88,9 @@ def _gains(name: str, final: np.ndarray, reference: np.ndarray, margin: float, a
     share = _share_above(final, reference, margin)
     pairs = np.stack([final, reference], 1)
     low, high = stratified_bootstrap(lambda m: _share_above(m[:, 0], m[:, 1], margin), pairs)
-    per_seed = ", ".join(f"{f:.3f} from {r:.3f}" for f, r in zip(final, reference))
+    # each seed against its own start; the random policy is one figure for all, said once before
+    own = of == "its own start"
+    per_seed = ", ".join(f"{f:.3f} from {r:.3f}" if own else f"{f:.3f}" for f, r in zip(final, reference))
     evidence = (
         f"P = {share:.2f} [95% CI {low:.2f}, {high:.2f}] over {len(final)} seeds; {of} {reference.mean():.3f}, final "
         f"success {_mean_std(final)} (per seed: {per_seed})"

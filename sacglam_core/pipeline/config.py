@@ -10,6 +10,7 @@ key=value`. Each file is read strictly (`yamlfile`): a duplicate key, an unquote
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import field
 from pathlib import Path
@@ -164,10 +165,18 @@ class WorkflowConfig:
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)  # every run's progress lines, TensorBoard, W&B
+    # Where each setting was set (a file, or --config for the command line), which messages name; filled by the
+    # loader, not a setting.
+    origins: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def definition_files(self) -> list[str]:
         return [self.experiment_file, *([self.study_file] if self.study_file else [])]
+
+    def origin(self, key: str) -> str:
+        """Where `key` (dotted: `budget.gpu`) was set, else where to set it (the cluster file, else the workflow's
+        configuration)."""
+        return self.origins.get(key) or settings_file(self)
 
 
 Layer = tuple[str, dict]  # (where it comes from, its values)
@@ -225,7 +234,16 @@ def parse_layers(layers: list[Layer]) -> WorkflowConfig:
     except TypeError as error:
         raise WorkflowConfigError(f"{' / '.join(w for w, _ in layers)}: {error}") from None
     _check_coherence(config, layers)
-    return config
+    leaves = _leaves(merged)
+    return dataclasses.replace(config, origins={key: _origin(layers, key.split(".")) for key in leaves})
+
+
+def _leaves(values: dict, prefix: str = "") -> list[str]:
+    """The dotted keys of a mapping's values that are not mappings."""
+    out = []
+    for key, value in values.items():
+        out += _leaves(value, f"{prefix}{key}.") if isinstance(value, dict) and value else [f"{prefix}{key}"]
+    return out
 
 
 def _check_coherence(config: WorkflowConfig, layers: list[Layer]) -> None:

@@ -36,7 +36,8 @@ class Plan:
         gpu = settings.budget.gpu
         if settings.launcher.executor == "slurm" and gpu not in self.calibration.gpus:
             raise ValueError(
-                f"{self.cluster_file}: budget.gpu: {gpu} is not a GPU of {settings.budget.calibration} (one of "
+                f"{settings.origin('budget.gpu')}: budget.gpu: {gpu} is not a GPU of {settings.budget.calibration} "
+                "(one of "
                 f"{', '.join(self.calibration.gpus)}; add its peak TFLOP/s there to budget another)"
             )
         self._budget: budgeting.Budget | None = None
@@ -125,7 +126,8 @@ class Plan:
         if runs and launcher.executor == "slurm":
             if not launcher.partition:
                 problems.append(
-                    f"{self.cluster_file}: launcher.partition is not set; SLURM would use its default partition "
+                    f"{self.settings.origin('launcher.partition')}: launcher.partition is not set; SLURM would use its "
+                    "default partition "
                     f"(`sinfo -s` lists them)"
                 )
             if not slurm.available():
@@ -150,7 +152,9 @@ class Plan:
             types = sorted(slurm.gpu_types(launcher.partition))
         except slurm.SlurmError:
             return []
-        return mixed_dtypes(types, auto[0], self.calibration, launcher.partition, self.cluster_file)
+        return mixed_dtypes(
+            types, auto[0], self.calibration, launcher.partition, self.settings.origin("launcher.partition")
+        )
 
     def _ranks(self, run: Run) -> str | None:
         progress = runfiles.progress(run.directory)
@@ -158,14 +162,16 @@ class Plan:
         if run.config.ranks and run.config.ranks % ranks:
             return (
                 f"{run.directory}: its {run.config.ranks} data-parallel ranks (`ranks`) cannot be shared out among the "
-                f"{ranks} processes launcher.gpus_per_node gives ({self.cluster_file}): use a divisor of "
+                f"{ranks} processes launcher.gpus_per_node gives "
+                f"({self.settings.origin('launcher.gpus_per_node')}): use a divisor of "
                 f"{run.config.ranks} (1 holds them all on one GPU)"
             )
         if progress is None or progress.world == ranks:
             return None
         return (
             f"{run.directory} was checkpointed by {progress.world} ranks ({progress.manifest.name}) but "
-            f"launcher.gpus_per_node gives {ranks}: resume it with the same GPUs per node ({self.cluster_file}), "
+            f"launcher.gpus_per_node gives {ranks}: resume it with the same GPUs per node "
+            f"({self.settings.origin('launcher.gpus_per_node')}), "
             f"or move it aside to start over"
         )
 

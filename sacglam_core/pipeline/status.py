@@ -169,13 +169,16 @@ def _damaged(run: Run, steps: int, upcoming: str, job: str, gpu_hours: float, pr
 
 
 def report(statuses: list[RunStatus], results: str) -> str:
+    """One row per run, its name whole (the variant's hash and the seed tell runs apart), then the totals."""
+    names = [f"{s.run.experiment}/{s.run.directory.parent.name}/{s.run.directory.name}" for s in statuses]
+    width = max([51, *map(len, names)]) + 1
+    jobs = max([9, *(len(s.job) for s in statuses)]) + 1
     out = [f"{len(statuses)} runs under {results} at {time.strftime('%Y-%m-%d %H:%M')}"]
-    out.append(f"  {'run':<52}{'state':<12}{'steps':>22}{'steps/s':>9}  {'job':<10}{'GPU-h':>8}  note")
-    for s in statuses:
-        name = f"{s.run.experiment}/{s.run.directory.parent.name}/{s.run.directory.name}"
+    out.append(f"  {'run':<{width}}{'state':<12}{'steps':>22}{'steps/s':>9}  {'job':<{jobs}}{'GPU-h':>8}  note")
+    for name, s in zip(names, statuses):
         steps = f"{s.steps:,}/{s.total:,} ({100 * s.steps / s.total:.0f}%)"
         rate = f"{s.steps_per_s:.2f}" if s.steps_per_s is not None else ""
-        out.append(f"  {name[:51]:<52}{s.state:<12}{steps:>22}{rate:>9}  {s.job[:10]:<10}{s.gpu_hours:>8.1f}  {s.note}")
+        out.append(f"  {name:<{width}}{s.state:<12}{steps:>22}{rate:>9}  {s.job:<{jobs}}{s.gpu_hours:>8.1f}  {s.note}")
     out.append("totals")
     by_experiment: dict[str, list[RunStatus]] = defaultdict(list)
     for s in statuses:
