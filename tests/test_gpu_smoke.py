@@ -194,6 +194,8 @@ def smoke_run(tmp_path, hub_cache, env=None, before_resume=None, **settings):
             text=True,
         )
         assert process.returncode == expected, process.stderr[-3000:]
+        # a log line says something of the run: no library's loading bar or deprecation of its own
+        assert "Loading weights" not in process.stderr and "Warning" not in process.stderr, process.stderr[-3000:]
         record_attempt(tmp_path / "out", f"local-{os.getpid()}", 1, process.returncode)
         if before_resume and expected == 75:
             before_resume(tmp_path / "out")

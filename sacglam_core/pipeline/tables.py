@@ -233,6 +233,8 @@ def summary_markdown(summary: pd.DataFrame) -> pd.DataFrame:
             out[goal_type.value] = [_pm(m, s) for m, s in zip(summary[f"{column}_mean"], summary[f"{column}_std"])]
     out["test split"] = [_pm(m, s) for m, s in zip(summary["test_success_mean"], summary["test_success_std"])]
     out["env steps/s"] = [_pm(m, s, 1) for m, s in zip(summary["env_steps_per_s_mean"], summary["env_steps_per_s_std"])]
+    minutes = zip(summary["train_hours_mean"] * 60, summary["train_hours_std"] * 60)
+    out["training minutes"] = [_pm(m, s, 2) for m, s in minutes]  # acting and updates, what `claims` compares
     out["GPU-hours per run"] = [_pm(m, s, 1) for m, s in zip(summary["gpu_hours_mean"], summary["gpu_hours_std"])]
     return out
 
