@@ -543,7 +543,7 @@ def layout_lines(budget: Budget) -> list[str]:
 
 
 def _legend(budget: Budget) -> list[str]:
-    if not budget.gpus_per_node:  # local runs on a CPU: no GPU, no SLURM job, no paper's figure to scale
+    if budget.estimates and not any(e.gpus for e in budget.estimates):  # local runs on a CPU: no GPU, no SLURM job
         return [
             "  on a CPU: the hours a run takes, from finished runs of the same key (the median); `not measured yet` "
             "until one finishes; no GPU-hours are spent"
