@@ -414,3 +414,13 @@ def test_variant_and_experiment_names_are_shown_whole(tmp_path, definitions):
     long = replace(runs[0], experiment="an_experiment_whose_name_is_longer_than_forty_characters")
     summary = budgeting.summary(make([long], tmp_path), None, {long.experiment: 0})
     assert re.search(rf"^  {long.experiment} +1 +0 ", summary, re.M), summary
+
+
+def test_a_cpu_plans_budget_explains_cpu_runs_and_nothing_of_slurm_or_the_papers_gpus(tmp_path, definitions):
+    """The local profile's dry run: no SLURM attempts, no V100 figure of the paper, which do not apply to it."""
+    runs = expand(definitions, ["smoke"], tmp_path)
+    report = budgeting.report(make(runs, tmp_path, gpus=0), None)
+    assert "  on a CPU: the hours a run takes, from finished runs of the same key" in report
+    assert "attempts: SLURM jobs" not in report and "paper: Appendix C" not in report
+    gpu = budgeting.report(make(expand(definitions, ["main"], tmp_path), tmp_path), None)
+    assert "attempts: SLURM jobs" in gpu and "paper: Appendix C" in gpu and "on a CPU" not in gpu
