@@ -418,7 +418,7 @@ def test_variant_and_experiment_names_are_shown_whole(tmp_path, definitions):
 
 def test_a_cpu_plans_budget_explains_cpu_runs_and_nothing_of_slurm_or_the_papers_gpus(tmp_path, definitions):
     """The local profile's dry run: no SLURM attempts, no V100 figure of the paper, which do not apply to it."""
-    runs = expand(definitions, ["smoke"], tmp_path)
+    runs = expand(definitions, ["smoke"], tmp_path, {"models": "resources/models"})
     report = budgeting.report(make(runs, tmp_path, gpus=0), None)
     assert "  on a CPU: the hours a run takes, from finished runs of the same key" in report
     assert "attempts: SLURM jobs" not in report and "paper: Appendix C" not in report
