@@ -25,6 +25,12 @@ COLUMNS = [
     "eval_success",
     *("eval_success_" + t.value.replace(" ", "_") for t in GoalType),
     "eval_success_test",
+    "eval_success_se",  # at step 0 with eval.start_rounds > 1: the standard error of the rounds' mean
+    "planner_policy_share",  # planner_probe.py: how often the policy's most likely action is a best one
+    "planner_q_share",  # SAC: how often argmax Q is a best one
+    "planner_q_gap",  # SAC: Q of the planner's action less the others' mean
+    "planner_true_gap",  # the same gap in the planner's returns
+    "planner_alpha_logp_gap",  # SAC: alpha x the same gap in log pi
     "critic_loss",
     "actor_loss",
     "alpha",

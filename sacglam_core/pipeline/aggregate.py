@@ -231,6 +231,10 @@ def per_run(experiment: Experiment) -> pd.DataFrame:
             "variant": variant,
             "seed": seed,
             "start_success": float(success[0]),  # the step-0 evaluation: the untrained agent (the prior)
+            # its standard error over eval.start_rounds rounds (NaN with one round)
+            "start_success_se": float(pd.to_numeric(run["eval_success_se"], errors="coerce").iloc[0])
+            if "eval_success_se" in run
+            else np.nan,
             "final_success": float(success[-1]),
             "final_success_se": errors[-1],  # the evaluation's own noise, not the spread over seeds
             "largest_se": max(errors),  # over the run's evaluation points
@@ -268,8 +272,20 @@ def summary_table(experiment: Experiment) -> pd.DataFrame:
 
 
 # What explains a collapse or a steady climb (docs/demo.md): the actor's step size, the policy's entropy, and for
-# SAC the target its loss pulls towards (softmax(Q / alpha): its entropy, the critic's spread of Q, alpha).
-DIAGNOSTICS = ("policy_kl", "entropy", "target_policy_entropy", "q_range", "alpha")
+# SAC the target its loss pulls towards (softmax(Q / alpha): its entropy, the critic's spread of Q, alpha); and how
+# both rank actions against the environment's planner (planner_probe.py), beside the gaps the critic must resolve.
+DIAGNOSTICS = (
+    "policy_kl",
+    "entropy",
+    "target_policy_entropy",
+    "q_range",
+    "alpha",
+    "planner_policy_share",
+    "planner_q_share",
+    "planner_q_gap",
+    "planner_true_gap",
+    "planner_alpha_logp_gap",
+)
 
 
 def diagnostics_table(experiment: Experiment) -> pd.DataFrame:
