@@ -39,6 +39,9 @@ COLUMNS = [
     "mean_q",
     "q_range",  # SAC: the mean over states of max - min of Q over the candidates
     "policy_kl",  # KL(pi before an update || pi after it) on the update's states, SAC's actor updates and PPO's
+    "policy_kl_max",  # the largest of those measurements since the last row: one update's jump, or every update's
+    "policy_kl_state_max",  # SAC: the mean over the row's measurements of the largest KL of one state in each
+    "policy_kl_state_max_max",  # SAC: the largest KL of one state since the last row
     "her_share",
     "goals_known",  # with a goal sampler other than `uniform`: goals the agent knows (the first rank's)
     "goal_buckets",  # with it: JSON, per bucket the share of goals drawn since the last row (share/) and LP (lp/)
