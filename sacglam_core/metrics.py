@@ -27,6 +27,7 @@ COLUMNS = [
     "eval_success_test",
     "eval_success_se",  # at step 0 with eval.start_rounds > 1: the standard error of the rounds' mean
     "planner_policy_share",  # planner_probe.py: how often the policy's most likely action is a best one
+    "planner_chance_share",  # how often a uniform choice is
     "planner_q_share",  # SAC: how often argmax Q is a best one
     "planner_q_gap",  # SAC: Q of the planner's action less the others' mean
     "planner_true_gap",  # the same gap in the planner's returns

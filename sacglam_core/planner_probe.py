@@ -6,7 +6,8 @@ labelled by the planner (envs/planner.py): for every candidate, the discounted r
 following the planner to the goal, the horizon left aside as training bootstraps truncated episodes. At each
 evaluation the trainer measures, over these states:
 
-- `planner_policy_share`: the share where the policy's most likely action is a best one (of the highest return);
+- `planner_policy_share`: the share where the policy's most likely action is a best one (of the highest return;
+  `planner_chance_share`: a uniform choice's, about a fifth);
 - `planner_q_share` (SAC): the share where argmax Q is a best one;
 - `planner_q_gap` (SAC): the planner's action's Q less the mean Q of the other candidates,
 - `planner_true_gap`: the same gap in the planner's returns: what the critic has to resolve,
@@ -46,10 +47,11 @@ def planner_return(env: PlaygroundText, action: str, gamma: float) -> float:
     copy = PlaygroundText(dataclasses.replace(env.config, max_steps=10**9))  # no horizon: training bootstraps it
     copy.load_state_dict(env.state_dict())
     _, reward, terminated, _, _ = copy.step(action)
-    for k in range(LOOKAHEAD):
+    for k in range(LOOKAHEAD + 1):
         if terminated:
             return float(reward) * gamma**k
-        _, reward, terminated, _, _ = copy.step(planner_action(copy))
+        if k < LOOKAHEAD:
+            _, reward, terminated, _, _ = copy.step(planner_action(copy))
     return 0.0
 
 
@@ -97,7 +99,12 @@ def agreement(
             if others.any():
                 q_gap.append(q[i, planner] - q[i, :n][others].mean())
                 alpha_gap.append(alpha * (log_probs[i, planner] - log_probs[i, :n][others].mean()))
-    out = {"planner_policy_share": float(np.mean(policy_best)), "planner_true_gap": float(np.mean(true_gap))}
+    chance = np.mean([(r >= r.max() - 1e-9).mean() for r in states.returns])  # a uniform choice's share
+    out = {
+        "planner_policy_share": float(np.mean(policy_best)),
+        "planner_chance_share": float(chance),
+        "planner_true_gap": float(np.mean(true_gap)),
+    }
     if q is not None:
         out |= {
             "planner_q_share": float(np.mean(q_best)),
@@ -109,7 +116,18 @@ def agreement(
 
 @torch.no_grad()
 def measure(agent, states: ProbeStates, alpha: float | None = None, chunk: int = 64) -> dict[str, float]:
-    """The agent's measures on the probe's states: its policy's, and its critic's where it has one."""
+    """The agent's measures on the probe's states: its policy's, and its critic's where it has one. Static shapes'
+    widths only grow (agent/batch.py): the probe's batches leave them as training had them, so that it changes no
+    later batch."""
+    widest = dict(agent.lm.shapes.widest)
+    try:
+        return _measure(agent, states, alpha, chunk)
+    finally:
+        agent.lm.shapes.widest.clear()
+        agent.lm.shapes.widest.update(widest)
+
+
+def _measure(agent, states: ProbeStates, alpha: float | None, chunk: int) -> dict[str, float]:
     log_probs, q_values = [], []
     for start in range(0, len(states.goals), chunk):
         rows = slice(start, start + chunk)

@@ -397,8 +397,9 @@ class Trainer:
         self.episodes += int(episodes)
         self.window = [0, 0]
         stats = self.algo.pop_stats()  # each process's, over its ranks: their mean over the processes
+        maxima = {k: max(self.ranks.gather(v)) for k, v in stats.items() if k.endswith("_max")}  # the largest of any
         means = self.ranks.sum(list(stats.values()))
-        stats = {k: type(v)(m / self.ranks.world) for (k, v), m in zip(stats.items(), means)}  # counts stay ints
+        stats = {k: type(v)(m / self.ranks.world) for (k, v), m in zip(stats.items(), means)} | maxima
         seconds, steps, updates = self.last_row
         span = max(self.elapsed - seconds, 1e-9)
         row = {

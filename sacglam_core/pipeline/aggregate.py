@@ -291,7 +291,7 @@ DIAGNOSTICS = (
 def diagnostics_table(experiment: Experiment) -> pd.DataFrame:
     """One row per run, then one per variant (seed `mean`, the mean over its seeds): the success at the start, its
     lowest after the start and at the end; each diagnostic's mean over the run's rows and its last value; the
-    largest policy KL of a metrics row (the mean of the updates between two evaluations)."""
+    largest policy KL of one measurement (`policy_kl_max`; in runs from before it, of a row's mean)."""
     rows = []
     for (variant, seed), run in experiment.curves.groupby(["variant", "seed"], sort=False):
         success = run["eval_success"].to_numpy(float)
@@ -301,8 +301,9 @@ def diagnostics_table(experiment: Experiment) -> pd.DataFrame:
             values = pd.to_numeric(run[column], errors="coerce").dropna() if column in run else pd.Series(dtype=float)
             row[f"{column}_mean"] = float(values.mean()) if len(values) else np.nan
             row[f"{column}_final"] = float(values.iloc[-1]) if len(values) else np.nan
-        kl = pd.to_numeric(run["policy_kl"], errors="coerce").dropna() if "policy_kl" in run else pd.Series(dtype=float)
-        row["policy_kl_max"] = float(kl.max()) if len(kl) else np.nan
+        kl = "policy_kl_max" if "policy_kl_max" in run else "policy_kl"  # one measurement's, else a row's mean
+        values = pd.to_numeric(run[kl], errors="coerce").dropna() if kl in run else pd.Series(dtype=float)
+        row["policy_kl_max"] = float(values.max()) if len(values) else np.nan
         rows.append(row)
     runs = pd.DataFrame(rows)
     if runs.empty:

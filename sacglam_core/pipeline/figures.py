@@ -37,7 +37,6 @@ DIAGNOSTIC_PANELS = {  # column -> title
     "planner_policy_share": "argmax pi a best action (planner)",
     "planner_q_share": "SAC: argmax Q a best action (planner)",
     "planner_q_gap": "SAC: Q gap of the planner's action",
-    "planner_true_gap": "the planner's return gap",
     "planner_alpha_logp_gap": "SAC: alpha x log pi gap of it",
 }
 

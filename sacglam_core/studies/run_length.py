@@ -1,6 +1,6 @@
 """docs/studies/run-length.md: final success and the critic's agreement with the planner against the run's length.
 
-    python -m sacglam_core.studies.run_length [--experiments mini run_length_4x run_length_10x]
+    python -m sacglam_core.studies.run_length [--experiments run_length_1x run_length_4x run_length_10x]
 
 For each experiment (a length) and variant, over its finished seeds: the final success, the AUC, the last
 evaluation's `planner_q_share` (SAC) and `planner_policy_share`, and the prior's `planner_policy_share` (the step-0
@@ -94,7 +94,7 @@ def figure(table: pd.DataFrame, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--experiments", nargs="+", default=["mini", "run_length_4x", "run_length_10x"])
+    parser.add_argument("--experiments", nargs="+", default=["run_length_1x", "run_length_4x", "run_length_10x"])
     parser.add_argument("--results", type=Path, default=Path("results"))
     parser.add_argument("--models", default="resources/models")
     parser.add_argument("--out", type=Path, default=Path("results/run_length"))
