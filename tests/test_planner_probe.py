@@ -77,3 +77,19 @@ def test_every_metrics_row_judges_the_agent_against_the_planner_and_the_start_is
         json.loads((tmp_path / "out" / "done.json").read_text())["fingerprint"]
         != json.loads((tmp_path / "single" / "done.json").read_text())["fingerprint"]
     )  # three rounds at the start are another configuration
+
+
+def test_probing_leaves_the_static_widths_that_later_batches_are_padded_to(tiny_models, states):
+    """Static shapes' widths only grow: a probe that widened them would change every later update's padding."""
+    from sacglam_core.agent import AgentConfig, GlamAgent
+    from sacglam_core.config import CriticConfig, ModelConfig
+    from sacglam_core.envs.playground import ACTION_VOCABULARY
+    from sacglam_core.planner_probe import measure
+
+    model = ModelConfig(str(tiny_models["tiny-t5"]), lora={"r": 4}, static_shapes=True)
+    agent = GlamAgent.from_config(AgentConfig(model, CriticConfig(), max_candidates=40), ACTION_VOCABULARY)
+    agent.batch(states.goals[:1], states.observations[:1], states.candidates[:1])  # a short batch: narrow widths
+    before = dict(agent.lm.shapes.widest)
+    measured = measure(agent, states, alpha=0.005)
+    assert agent.lm.shapes.widest == before and 0 <= measured["planner_q_share"] <= 1
+    assert 0.1 < measured["planner_chance_share"] < 0.4
