@@ -315,6 +315,9 @@ class EvalConfig:
     """Take the policy's most probable action; false: sample from it, as it acts in training."""
     seed: int = 12345
     """Seed of the evaluation's goals and scenes (the same at every evaluation) and of its action sampling."""
+    start_rounds: Positive = 1
+    """Evaluation rounds at step 0, each sampling with random numbers of its own: the start's success is their mean,
+    and `eval_success_se` its standard error (a run's "learns" compares its end with it, not with one draw)."""
 
 
 @settings
@@ -394,6 +397,10 @@ class MonitorConfig:
     without internet, synced later with `wandb sync`; `online` streams."""
     wandb_project: str = "sacglam"
     """The W&B project of the runs."""
+    planner_probe: NonNegative = 256
+    """Held-out states labelled by the environment's planner (planner_probe.py) on which each evaluation measures how
+    often the policy's most likely action, and SAC's argmax Q, are a best one, and the gaps the critic must resolve:
+    the `planner_*` columns of metrics.csv. 0: none."""
     policy_kl_every: NonNegative = 10
     """SAC's updates between two measurements of `policy_kl`, the KL divergence from the policy before an update to
     the policy after it, on that update's batch (the critic's step included, which moves the policy when the critic
@@ -479,6 +486,7 @@ ADDED_LATER: dict[tuple[str, str], object] = {
     ("sac", "actor_loss"): "reverse_kl",
     ("", "ranks"): None,
     ("checkpoint", "drill_at_steps"): None,
+    ("eval", "start_rounds"): 1,
     **{("goals", f.name): f.default for f in fields(GoalsConfig)},
 }
 ADDED_SECTIONS = ("goals",)  # sections added after runs existed: left out when all their settings are defaults

@@ -25,6 +25,13 @@ COLUMNS = [
     "eval_success",
     *("eval_success_" + t.value.replace(" ", "_") for t in GoalType),
     "eval_success_test",
+    "eval_success_se",  # at step 0 with eval.start_rounds > 1: the standard error of the rounds' mean
+    "planner_policy_share",  # planner_probe.py: how often the policy's most likely action is a best one
+    "planner_chance_share",  # how often a uniform choice is
+    "planner_q_share",  # SAC: how often argmax Q is a best one
+    "planner_q_gap",  # SAC: Q of the planner's action less the others' mean
+    "planner_true_gap",  # the same gap in the planner's returns
+    "planner_alpha_logp_gap",  # SAC: alpha x the same gap in log pi
     "critic_loss",
     "actor_loss",
     "alpha",
@@ -33,6 +40,9 @@ COLUMNS = [
     "mean_q",
     "q_range",  # SAC: the mean over states of max - min of Q over the candidates
     "policy_kl",  # KL(pi before an update || pi after it) on the update's states, SAC's actor updates and PPO's
+    "policy_kl_max",  # the largest of those measurements since the last row: one update's jump, or every update's
+    "policy_kl_state_max",  # SAC: the mean over the row's measurements of the largest KL of one state in each
+    "policy_kl_state_max_max",  # SAC: the largest KL of one state since the last row
     "her_share",
     "goals_known",  # with a goal sampler other than `uniform`: goals the agent knows (the first rank's)
     "goal_buckets",  # with it: JSON, per bucket the share of goals drawn since the last row (share/) and LP (lp/)

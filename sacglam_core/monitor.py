@@ -115,9 +115,11 @@ class Monitor:
         self.last_line = (elapsed, env_steps)
 
     def evaluation(self, row: dict) -> None:
-        """One metrics row: its evaluation columns as `eval/...`."""
+        """One metrics row: its evaluation columns as `eval/...` (the planner probe's too)."""
         self.last_eval = (row["env_steps"], row["eval_success"])
-        values = {key.removeprefix("eval_"): value for key, value in row.items() if key.startswith("eval_")}
+        values = {
+            key.removeprefix("eval_"): value for key, value in row.items() if key.startswith(("eval_", "planner_"))
+        }
         self._write("eval", values, row["env_steps"])
 
     def goals(self, values: dict[str, float], step: int) -> None:

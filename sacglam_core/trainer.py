@@ -22,9 +22,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from sacglam_core import EXIT_DIVERGED, EXIT_PREEMPTED, runfiles
+from sacglam_core import EXIT_DIVERGED, EXIT_PREEMPTED, planner_probe, runfiles
 from sacglam_core.agent import AgentConfig, GlamAgent
 from sacglam_core.agent.lm import compile_seconds
 from sacglam_core.algos.ppo import PPO
@@ -131,6 +132,8 @@ class Trainer:
             SAC(self.agent, config, ranks, goal_type_prior(config.env)) if sac else PPO(self.agent, config, ranks)
         )
         self.metrics = MetricsFile(self.out / "metrics.csv")
+        probed = config.monitor.planner_probe
+        self.probe = planner_probe.probe_states(config, probed) if probed and ranks.is_main else None
         self.action_tokens = [self.agent.tokens.action(a) for a in ACTION_VOCABULARY]
         self.env_steps = self.episodes = self.eval_rounds = 0
         self.window = [0, 0]  # training episodes finished and succeeded since the last metrics row
@@ -389,15 +392,14 @@ class Trainer:
                     "or lower learning rates (docs/trainer.md)",
                     file=sys.stderr,
                 )
-        policy = lambda: agent_policy(self.agent, self.config, self.eval_rounds)  # noqa: E731
-        metrics = evaluate(policy, self.config, self.ranks)
-        self.eval_rounds += 1
+        metrics = self._evaluate(self.config.eval.start_rounds if self.env_steps == 0 else 1)
         episodes, successes = self.ranks.sum([float(self.window[0]), float(self.window[1])])
         self.episodes += int(episodes)
         self.window = [0, 0]
         stats = self.algo.pop_stats()  # each process's, over its ranks: their mean over the processes
+        maxima = {k: max(self.ranks.gather(v)) for k, v in stats.items() if k.endswith("_max")}  # the largest of any
         means = self.ranks.sum(list(stats.values()))
-        stats = {k: type(v)(m / self.ranks.world) for (k, v), m in zip(stats.items(), means)}  # counts stay ints
+        stats = {k: type(v)(m / self.ranks.world) for (k, v), m in zip(stats.items(), means)} | maxima
         seconds, steps, updates = self.last_row
         span = max(self.elapsed - seconds, 1e-9)
         row = {
@@ -421,6 +423,22 @@ class Trainer:
         if self.ranks.is_main:
             self.metrics.append(row)
         self.monitor.evaluation(row)
+
+    def _evaluate(self, rounds: int) -> dict[str, float]:
+        """The evaluation's success rates, the mean of `rounds` rounds (each its own random numbers) with the standard
+        error of that mean; and on the main rank the planner probe's measures."""
+        results = []
+        for _ in range(rounds):
+            policy = lambda: agent_policy(self.agent, self.config, self.eval_rounds)  # noqa: E731
+            results.append(evaluate(policy, self.config, self.ranks))
+            self.eval_rounds += 1
+        metrics = {key: float(np.mean([r[key] for r in results])) for key in results[0]}
+        if rounds > 1:
+            metrics["eval_success_se"] = float(np.std([r["eval_success"] for r in results], ddof=1) / np.sqrt(rounds))
+        if self.probe is not None and self.ranks.is_main:
+            alpha = self.algo.alpha if self.config.algorithm == "sac" else None
+            metrics |= planner_probe.measure(self.agent, self.probe, alpha)
+        return metrics
 
     # -- checkpoint and resume -------------------------------------------------------------------
     def _checksum(self) -> float:

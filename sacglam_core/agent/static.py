@@ -156,7 +156,9 @@ class Graphs:
 
         def begin() -> None:
             nonlocal piece
-            piece = torch.cuda.graph(torch.cuda.CUDAGraph(), pool=self._pool)
+            # thread_local: other threads (NCCL's watchdog polling its events, gloo's workers) may call CUDA while
+            # a piece is captured; the capturing thread alone must not
+            piece = torch.cuda.graph(torch.cuda.CUDAGraph(), pool=self._pool, capture_error_mode="thread_local")
             piece.__enter__()
 
         def end() -> None:

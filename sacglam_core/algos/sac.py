@@ -204,7 +204,8 @@ class SAC:
             flags=(warming_up,),
         )
         if before is not None:
-            stats["policy_kl"] = before.kl(self.agent.acting_policy(batches["current"])).mean()
+            kl = before.kl(self.agent.acting_policy(batches["current"]))
+            stats |= {"policy_kl": kl.mean(), "policy_kl_state_max": kl.max()}  # one state's jump, or all moving
         self.stats.add(**stats)
         if not warming_up:
             self.actor_schedule.step()  # a learning rate held as a tensor: the next replay reads the new value

@@ -8,6 +8,8 @@ from collections import defaultdict
 import numpy as np
 import torch
 
+MAXED = ("policy_kl", "policy_kl_state_max")  # statistics whose largest value in a window is a row of its own
+
 
 class UpdateStats:
     def __init__(self) -> None:
@@ -19,8 +21,10 @@ class UpdateStats:
             self._values[key].append(value.detach() if isinstance(value, torch.Tensor) else value)
 
     def pop(self) -> dict[str, float]:
-        """The mean of each statistic since the last call."""
-        means = {k: float(np.mean(v)) for k, v in _read(self._values).items() if v}
+        """The mean of each statistic since the last call (and for MAXED ones, `<name>_max`, the largest)."""
+        read = _read(self._values)
+        means = {k: float(np.mean(v)) for k, v in read.items() if v}
+        means |= {f"{k}_max": float(np.max(read[k])) for k in MAXED if read.get(k)}
         self._values.clear()
         self._shown.clear()
         return means

@@ -231,6 +231,10 @@ def per_run(experiment: Experiment) -> pd.DataFrame:
             "variant": variant,
             "seed": seed,
             "start_success": float(success[0]),  # the step-0 evaluation: the untrained agent (the prior)
+            # its standard error over eval.start_rounds rounds (NaN with one round)
+            "start_success_se": float(pd.to_numeric(run["eval_success_se"], errors="coerce").iloc[0])
+            if "eval_success_se" in run
+            else np.nan,
             "final_success": float(success[-1]),
             "final_success_se": errors[-1],  # the evaluation's own noise, not the spread over seeds
             "largest_se": max(errors),  # over the run's evaluation points
@@ -268,14 +272,26 @@ def summary_table(experiment: Experiment) -> pd.DataFrame:
 
 
 # What explains a collapse or a steady climb (docs/demo.md): the actor's step size, the policy's entropy, and for
-# SAC the target its loss pulls towards (softmax(Q / alpha): its entropy, the critic's spread of Q, alpha).
-DIAGNOSTICS = ("policy_kl", "entropy", "target_policy_entropy", "q_range", "alpha")
+# SAC the target its loss pulls towards (softmax(Q / alpha): its entropy, the critic's spread of Q, alpha); and how
+# both rank actions against the environment's planner (planner_probe.py), beside the gaps the critic must resolve.
+DIAGNOSTICS = (
+    "policy_kl",
+    "entropy",
+    "target_policy_entropy",
+    "q_range",
+    "alpha",
+    "planner_policy_share",
+    "planner_q_share",
+    "planner_q_gap",
+    "planner_true_gap",
+    "planner_alpha_logp_gap",
+)
 
 
 def diagnostics_table(experiment: Experiment) -> pd.DataFrame:
     """One row per run, then one per variant (seed `mean`, the mean over its seeds): the success at the start, its
     lowest after the start and at the end; each diagnostic's mean over the run's rows and its last value; the
-    largest policy KL of a metrics row (the mean of the updates between two evaluations)."""
+    largest policy KL of one measurement (`policy_kl_max`; in runs from before it, of a row's mean)."""
     rows = []
     for (variant, seed), run in experiment.curves.groupby(["variant", "seed"], sort=False):
         success = run["eval_success"].to_numpy(float)
@@ -285,8 +301,9 @@ def diagnostics_table(experiment: Experiment) -> pd.DataFrame:
             values = pd.to_numeric(run[column], errors="coerce").dropna() if column in run else pd.Series(dtype=float)
             row[f"{column}_mean"] = float(values.mean()) if len(values) else np.nan
             row[f"{column}_final"] = float(values.iloc[-1]) if len(values) else np.nan
-        kl = pd.to_numeric(run["policy_kl"], errors="coerce").dropna() if "policy_kl" in run else pd.Series(dtype=float)
-        row["policy_kl_max"] = float(kl.max()) if len(kl) else np.nan
+        kl = "policy_kl_max" if "policy_kl_max" in run else "policy_kl"  # one measurement's, else a row's mean
+        values = pd.to_numeric(run[kl], errors="coerce").dropna() if kl in run else pd.Series(dtype=float)
+        row["policy_kl_max"] = float(values.max()) if len(values) else np.nan
         rows.append(row)
     runs = pd.DataFrame(rows)
     if runs.empty:

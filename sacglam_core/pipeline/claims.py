@@ -79,9 +79,18 @@ def _share_above(final: np.ndarray, reference: np.ndarray, margin: float) -> flo
     return float((final > reference + margin).mean())
 
 
-def _gains(name: str, final: np.ndarray, reference: np.ndarray, margin: float, at_least: float, of: str) -> Claim:
+def _gains(
+    name: str,
+    final: np.ndarray,
+    reference: np.ndarray,
+    margin: float,
+    at_least: float,
+    of: str,
+    error: np.ndarray | None = None,
+) -> Claim:
     """P(final > reference + margin) over a variant's seeds, each against its own reference (its step-0 evaluation,
-    or the random policy's success), with its 95% bootstrap interval, against `at_least`."""
+    or the random policy's success), with its 95% bootstrap interval, against `at_least`; `error`: each reference's
+    standard error, where it is a mean of several rounds."""
     statement = f"{name}: P(final success > {of} + {margin}) >= {at_least}"
     if not len(final):
         return Claim(statement, False, "no finished runs")
@@ -91,9 +100,11 @@ def _gains(name: str, final: np.ndarray, reference: np.ndarray, margin: float, a
     # each seed against its own start; the random policy is one figure for all, said once before
     own = of == "its own start"
     per_seed = ", ".join(f"{f:.3f} from {r:.3f}" if own else f"{f:.3f}" for f, r in zip(final, reference))
+    known = error[np.isfinite(error)] if error is not None else np.array([])
+    noise = f" (standard error {known.mean():.3f})" if len(known) else ""
     evidence = (
-        f"P = {share:.2f} [95% CI {low:.2f}, {high:.2f}] over {len(final)} seeds; {of} {reference.mean():.3f}, final "
-        f"success {_mean_std(final)} (per seed: {per_seed})"
+        f"P = {share:.2f} [95% CI {low:.2f}, {high:.2f}] over {len(final)} seeds; {of} {reference.mean():.3f}{noise}, "
+        f"final success {_mean_std(final)} (per seed: {per_seed})"
     )
     return Claim(statement, share >= at_least, evidence)
 
@@ -122,7 +133,8 @@ def check(experiment: Experiment, claims: dict | None, baseline: float) -> list[
     out = []
     for variant in spec.learns:
         final, start = values(variant, "final_success"), values(variant, "start_success")
-        out.append(_gains(f"{variant} learns", final, start, spec.margin, spec.learns_at_least, "its own start"))
+        error = values(variant, "start_success_se")
+        out.append(_gains(f"{variant} learns", final, start, spec.margin, spec.learns_at_least, "its own start", error))
         out.append(
             _gains(
                 f"{variant} beats the random policy",

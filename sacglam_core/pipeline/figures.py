@@ -34,6 +34,10 @@ DIAGNOSTIC_PANELS = {  # column -> title
     "target_policy_entropy": "SAC: entropy of softmax(Q / alpha)",
     "q_range": "SAC: max - min of Q over the candidates",
     "alpha": "SAC: alpha",
+    "planner_policy_share": "argmax pi a best action (planner)",
+    "planner_q_share": "SAC: argmax Q a best action (planner)",
+    "planner_q_gap": "SAC: Q gap of the planner's action",
+    "planner_alpha_logp_gap": "SAC: alpha x log pi gap of it",
 }
 
 
