@@ -30,7 +30,7 @@ from sacglam_core.agent import AgentConfig, GlamAgent
 from sacglam_core.agent.lm import compile_seconds
 from sacglam_core.algos.ppo import PPO
 from sacglam_core.algos.sac import SAC
-from sacglam_core.algos.stats import Diverged
+from sacglam_core.algos.stats import MAXIMA, Diverged
 from sacglam_core.atomic import atomic_write, check_writable, remove_stale_temporaries
 from sacglam_core.checkpoint import Checkpointer, CheckpointError
 from sacglam_core.config import ConfigError, ModelConfig, RunConfig, dump_config
@@ -397,7 +397,7 @@ class Trainer:
         self.episodes += int(episodes)
         self.window = [0, 0]
         stats = self.algo.pop_stats()  # each process's, over its ranks: their mean over the processes
-        maxima = {k: max(self.ranks.gather(v)) for k, v in stats.items() if k.endswith("_max")}  # the largest of any
+        maxima = {k: max(self.ranks.gather(v)) for k, v in stats.items() if k in MAXIMA}  # the largest of any
         means = self.ranks.sum(list(stats.values()))
         stats = {k: type(v)(m / self.ranks.world) for (k, v), m in zip(stats.items(), means)} | maxima
         seconds, steps, updates = self.last_row

@@ -142,13 +142,15 @@ def test_the_success_band_is_mean_and_std_within_0_and_1(experiment_dir):
 
 
 def test_diagnostics_per_run_and_per_variant(experiment_dir):
-    """A seed that collapses and one that learns: the table keeps each run's lowest success and largest KL."""
+    """A seed that collapses and one that learns: the table keeps each run's lowest success and largest KL (of one
+    measurement where the run logs it, else of a row's mean)."""
     _, runs = experiment_dir
     diagnostics = {
         0: {"policy_kl": [float("nan"), 0.5, 2.0, 0.1, 0.1], "entropy": [1.0, 0.5, 0.01, 0.01, 0.01],
             "alpha": [0.05] * 5,
             "target_policy_entropy": [1.0, 0.1, 0.0, 0.0, 0.0], "q_range": [0.1, 1.0, 2.0, 2.0, 2.0]},
-        1: {"policy_kl": [float("nan"), 0.01, 0.02, 0.03, 0.02], "entropy": [1.0, 0.9, 0.8, 0.7, 0.6],
+        1: {"policy_kl": [float("nan"), 0.01, 0.02, 0.03, 0.02], "policy_kl_max": [float("nan"), 0.02, 0.5, 0.04, 0.03],
+            "entropy": [1.0, 0.9, 0.8, 0.7, 0.6],
             "alpha": [0.05] * 5,
             "target_policy_entropy": [1.0, 0.8, 0.8, 0.7, 0.7], "q_range": [0.1, 0.2, 0.3, 0.3, 0.3]},
     }  # fmt: skip
@@ -161,6 +163,7 @@ def test_diagnostics_per_run_and_per_variant(experiment_dir):
     collapsed, healthy = table.loc[("SAC+HER", 0)], table.loc[("SAC+HER", 1)]
     assert (collapsed["start_success"], collapsed["lowest_success"], collapsed["final_success"]) == (0.3, 0.0, 0.2)
     assert collapsed["policy_kl_max"] == 2.0 and collapsed["policy_kl_mean"] == pytest.approx(2.7 / 4)
+    assert healthy["policy_kl_max"] == 0.5  # one measurement's jump, which the rows' means hide
     assert collapsed["entropy_final"] == 0.01 and healthy["target_policy_entropy_final"] == 0.7
     mean = table.loc[("SAC+HER", "mean")]
     seeds = table.loc["SAC+HER"].drop(index="mean")

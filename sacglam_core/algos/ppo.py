@@ -207,30 +207,36 @@ class PPO:
                     ]
                 )
         if self.config.monitor.policy_kl_every:
-            self._policy_kl([t for d in data for t in d if not t.relabelled])
+            self._policy_kl([[t for t in d if not t.relabelled] for d in data])
         self.updates += 1
 
-    def _policy_kl(self, data: list[Transition]) -> None:
-        """KL(pi before the update || pi after it) on the rollout's states under their own goals, where the policy
-        before the update is the one that acted (`old_log_probs`)."""
+    def _policy_kl(self, data: list[list[Transition]]) -> None:
+        """KL(pi before the update || pi after it) on each rank's rollout states under their own goals, where the
+        policy before the update is the one that acted (`old_log_probs`): one measurement per rank, as processes of
+        their own would measure it."""
+        flat = [t for d in data for t in d]
         kl = []
-        for start in range(0, len(data), SCORING_CHUNK):
-            real = data[start : start + SCORING_CHUNK]
+        for start in range(0, len(flat), SCORING_CHUNK):
+            real = flat[start : start + SCORING_CHUNK]
             chunk = padded(real, SCORING_ROWS)
             states = self._states(chunk)
             before = np.zeros(states.arrays["candidate_mask"].shape, dtype=np.float32)
             for row, t in zip(before, chunk):
                 row[: len(t.old_log_probs)] = t.old_log_probs
-            arrays = {"before": before, "weight": weights(len(chunk), len(real))}
-            kl.append(self.agent.run("ppo-kl", self._kl_pass, {"states": states}, arrays)["kl"])
+            kl.append(self.agent.run("ppo-kl", self._kl_pass, {"states": states}, {"before": before})["kl"][: len(real)])
         if kl:
-            self.stats.add(policy_kl=torch.stack(kl).sum() / len(data))
+            measured = [i for i, d in enumerate(data) if d]
+            rank = torch.as_tensor(np.repeat(np.arange(len(measured)), [len(data[i]) for i in measured]))
+            kl_rows = torch.cat(kl).float()
+            sums = torch.zeros(len(measured), device=kl_rows.device).index_add_(0, rank.to(kl_rows.device), kl_rows)
+            counts = torch.as_tensor([len(data[i]) for i in measured], dtype=torch.float32, device=kl_rows.device)
+            self.stats.add(policy_kl=sums / counts)
 
     @torch.no_grad()
     def _kl_pass(self, batches: dict[str, CandidateBatch], tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         after, _ = self.agent.policy(batches["states"])
         before = CandidateDistribution(tensors["before"].to(after.log_probs.dtype), after.mask)
-        return {"kl": (before.kl(after) * tensors["weight"]).sum()}
+        return {"kl": before.kl(after)}  # per state, the padding's copies included: the caller drops them
 
     def _states(self, chunk: list[Transition]) -> HostBatch:
         return self.agent.collate(

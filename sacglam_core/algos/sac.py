@@ -183,7 +183,8 @@ class SAC:
                 [[self._action_tokens[a] for a in c] for c in later],
                 later,
             )
-        return batches, {"reward": rows["reward"].astype(np.float32), "discount": rows["discount"].astype(np.float32)}
+        arrays = {"reward": rows["reward"].astype(np.float32), "discount": rows["discount"].astype(np.float32)}
+        return batches, arrays | {"rank": order // self.batch_size}  # each row's rank, among those held
 
     # -- learning --------------------------------------------------------------------------------
     def _update(self, env_steps: int) -> None:
@@ -193,6 +194,7 @@ class SAC:
         every = self.config.monitor.policy_kl_every
         warming_up = self.warming_up(env_steps)
         arrays["env_steps"] = np.asarray(env_steps, dtype=np.float64)
+        rank = torch.as_tensor(arrays.pop("rank"))
         # The whole update's change of pi (a critic that shares the policy's weights moves it too, warm-up included),
         # measured by passes of their own: the update stays one graph whether or not it is measured.
         before = self.agent.acting_policy(batches["current"]) if every and self.updates % every == 0 else None
@@ -203,9 +205,12 @@ class SAC:
             arrays,
             flags=(warming_up,),
         )
-        if before is not None:
-            kl = before.kl(self.agent.acting_policy(batches["current"]))
-            stats |= {"policy_kl": kl.mean(), "policy_kl_state_max": kl.max()}  # one state's jump, or all moving
+        if before is not None:  # each rank's measurement, so that ranks held in one process measure as processes
+            kl = before.kl(self.agent.acting_policy(batches["current"])).float()
+            rank = rank.to(kl.device)
+            means = torch.zeros(len(self.buffers), device=kl.device).index_add_(0, rank, kl) / self.batch_size
+            maxima = torch.zeros(len(self.buffers), device=kl.device).scatter_reduce_(0, rank, kl, "amax", include_self=False)
+            stats |= {"policy_kl": means, "policy_kl_state_max": maxima}  # one state's jump, or all moving
         self.stats.add(**stats)
         if not warming_up:
             self.actor_schedule.step()  # a learning rate held as a tensor: the next replay reads the new value

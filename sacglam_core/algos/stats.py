@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 MAXED = ("policy_kl", "policy_kl_state_max")  # statistics whose largest value in a window is a row of its own
+MAXIMA = tuple(f"{name}_max" for name in MAXED)  # those rows: the largest over processes, where the others average
 
 
 class UpdateStats:
@@ -17,14 +18,18 @@ class UpdateStats:
         self._shown: dict[str, int] = {}  # values already returned by `unseen`, per statistic
 
     def add(self, **values: torch.Tensor | float) -> None:
+        """A scalar per statistic, or a vector of several measurements (one per rank this process holds)."""
         for key, value in values.items():
-            self._values[key].append(value.detach() if isinstance(value, torch.Tensor) else value)
+            if isinstance(value, torch.Tensor):
+                self._values[key].extend(value.detach().reshape(-1).unbind(0))
+            else:
+                self._values[key].append(value)
 
     def pop(self) -> dict[str, float]:
         """The mean of each statistic since the last call (and for MAXED ones, `<name>_max`, the largest)."""
         read = _read(self._values)
         means = {k: float(np.mean(v)) for k, v in read.items() if v}
-        means |= {f"{k}_max": float(np.max(read[k])) for k in MAXED if read.get(k)}
+        means |= {m: float(np.max(read[k])) for k, m in zip(MAXED, MAXIMA) if read.get(k)}
         self._values.clear()
         self._shown.clear()
         return means

@@ -237,6 +237,7 @@ def evaluation_flops(agent: GlamAgent, config: RunConfig) -> float:
 def update_costs(sac: SAC, index: np.ndarray, alpha: torch.Tensor) -> dict[str, Cost]:
     """One update on the rows `index`: its critic's half and its actor's."""
     batches, arrays = sac._batches([index])
+    arrays.pop("rank")  # the policy-KL measurement's, not the update's
     arrays["env_steps"] = np.zeros((), dtype=np.float64)  # where a divergence would be recorded: any step
 
     def critic(b, t):

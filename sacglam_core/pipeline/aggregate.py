@@ -301,8 +301,10 @@ def diagnostics_table(experiment: Experiment) -> pd.DataFrame:
             values = pd.to_numeric(run[column], errors="coerce").dropna() if column in run else pd.Series(dtype=float)
             row[f"{column}_mean"] = float(values.mean()) if len(values) else np.nan
             row[f"{column}_final"] = float(values.iloc[-1]) if len(values) else np.nan
-        kl = "policy_kl_max" if "policy_kl_max" in run else "policy_kl"  # one measurement's, else a row's mean
-        values = pd.to_numeric(run[kl], errors="coerce").dropna() if kl in run else pd.Series(dtype=float)
+        for kl in ("policy_kl_max", "policy_kl"):  # one measurement's; in runs from before it, a row's mean
+            values = pd.to_numeric(run[kl], errors="coerce").dropna() if kl in run else pd.Series(dtype=float)
+            if len(values):
+                break
         row["policy_kl_max"] = float(values.max()) if len(values) else np.nan
         rows.append(row)
     runs = pd.DataFrame(rows)
