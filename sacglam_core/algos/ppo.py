@@ -223,7 +223,9 @@ class PPO:
             before = np.zeros(states.arrays["candidate_mask"].shape, dtype=np.float32)
             for row, t in zip(before, chunk):
                 row[: len(t.old_log_probs)] = t.old_log_probs
-            kl.append(self.agent.run("ppo-kl", self._kl_pass, {"states": states}, {"before": before})["kl"][: len(real)])
+            kl.append(
+                self.agent.run("ppo-kl", self._kl_pass, {"states": states}, {"before": before})["kl"][: len(real)]
+            )
         if kl:
             measured = [i for i, d in enumerate(data) if d]
             rank = torch.as_tensor(np.repeat(np.arange(len(measured)), [len(data[i]) for i in measured]))

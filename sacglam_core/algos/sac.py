@@ -209,7 +209,9 @@ class SAC:
             kl = before.kl(self.agent.acting_policy(batches["current"])).float()
             rank = rank.to(kl.device)
             means = torch.zeros(len(self.buffers), device=kl.device).index_add_(0, rank, kl) / self.batch_size
-            maxima = torch.zeros(len(self.buffers), device=kl.device).scatter_reduce_(0, rank, kl, "amax", include_self=False)
+            maxima = torch.zeros(len(self.buffers), device=kl.device).scatter_reduce_(
+                0, rank, kl, "amax", include_self=False
+            )
             stats |= {"policy_kl": means, "policy_kl_state_max": maxima}  # one state's jump, or all moving
         self.stats.add(**stats)
         if not warming_up:
