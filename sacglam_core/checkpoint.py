@@ -6,6 +6,9 @@ states) and, written last, `ckpt-<n>.json`: the manifest with every file's SHA-2
 manifest, or whose files do not match it or do not load, is skipped with a warning; every rank resumes from
 the same one. Cleanup removes only files named like checkpoints inside the checkpoint folder, whatever a
 manifest says.
+
+A checkpoint records its format. One of an older format is brought to the current one on load, one step per format
+(`UPGRADES`), so that the code that restores a run reads the current format alone.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from sacglam_core.atomic import atomic_write
 from sacglam_core.distributed import Ranks
 
 CHECKPOINT_FILE = re.compile(r"ckpt-(\d{9})\.(json|shared\.pt|rank\d+\.pt)")
+# What a checkpoint holds. 1: before the metrics rows and the thread count (it cannot be resumed: the rows are lost);
+# 2: what `_from_format_2` fills in could be missing; 3: every part always written.
+FORMAT = 3
 
 
 class CheckpointError(RuntimeError):
@@ -46,6 +52,47 @@ def _manifest_problem(path: Path) -> str | None:
     except (OSError, ValueError) as error:
         return str(error)
     return None if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else "no file list"
+
+
+def _from_format_2(shared: dict, local: dict) -> tuple[dict, dict]:
+    """Format 2 as its writers left it over time: a process's one rank at the top of its file (before ranks were
+    held), SAC's replay buffer and PPO's generator and segments alone; SAC without its actor's schedule (there was no
+    ramp: the schedule as built); statistics without `shown`; no monitor state, resumes, network or checksum."""
+    shared, local = dict(shared), dict(local)
+    if "shards" not in local:
+        local["shards"] = [{key: local.get(key) for key in ("envs", "recorder", "generator", "goals")}]
+    local.setdefault("monitor", {})
+    algo = local["algo"] = dict(local["algo"])
+    if "buffer" in algo:
+        algo["buffers"] = [algo.pop("buffer")]
+    if "generator" in algo:
+        algo["generators"], algo["segments"] = [algo.pop("generator")], [algo["segments"]]
+    if "shown" not in algo["stats"]:  # every value was already shown
+        algo["stats"] = {"values": algo["stats"], "shown": {k: len(v) for k, v in algo["stats"].items()}}
+    if "log_alpha" in shared["algo"] and "actor_schedule" not in shared["algo"]:
+        shared["algo"] = {**shared["algo"], "actor_schedule": {"lr_lambdas": [None]}}
+    counters = shared["counters"] = dict(shared["counters"])
+    for key, value in (("resumes", []), ("network", []), ("weights_checksum", None)):
+        counters.setdefault(key, value)
+    return shared | {"format": 3}, local
+
+
+UPGRADES = {2: _from_format_2}  # format -> the step to the next one
+
+
+def upgrade(shared: dict, local: dict, where: Path) -> tuple[dict, dict]:
+    """The checkpoint in the current format."""
+    found = shared.get("format", 1)
+    while found != FORMAT:
+        if found not in UPGRADES:
+            raise CheckpointError(
+                f"the checkpoints in {where} were written by another version of the trainer (format {found}, this "
+                f"one reads {', '.join(map(str, [*UPGRADES, FORMAT]))}); finish the run with that version or use a "
+                "new output_dir"
+            )
+        shared, local = UPGRADES[found](shared, local)
+        found = shared["format"]
+    return shared, local
 
 
 class Checkpointer:
@@ -124,6 +171,26 @@ class Checkpointer:
                 return states
             _warn(f"skipping checkpoint {manifest_path.name}: {problem or 'another rank could not load it'}")
         return None
+
+    def load_run(self, fingerprint: str, threads: int) -> tuple[dict, dict] | None:
+        """The newest good checkpoint in the current format, once it is known to belong to this run: of its
+        configuration (`fingerprint`), made with as many torch threads (results depend on it) on every rank."""
+        loaded = self.load_latest()
+        if loaded is None:
+            return None
+        shared, local = upgrade(*loaded, self.directory)
+        if shared["fingerprint"] != fingerprint:
+            raise CheckpointError(
+                f"the checkpoints in {self.directory} belong to another configuration "
+                f"(fingerprint {shared['fingerprint']}, this run {fingerprint}); use a new output_dir"
+            )
+        if not self.ranks.all(shared["threads"] == threads):
+            raise CheckpointError(
+                f"the checkpoints in {self.directory} were made with {shared['threads']} torch threads, this process "
+                f"has {threads}, and results depend on it; set threads: {shared['threads']} in the run "
+                "configuration to resume"
+            )
+        return shared, local
 
     def _load(self, manifest_path: Path) -> tuple[dict, dict]:
         manifest = json.loads(manifest_path.read_text())

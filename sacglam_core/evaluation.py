@@ -118,6 +118,19 @@ def evaluate(
     return metrics
 
 
+def evaluate_rounds(agent: GlamAgent, config: RunConfig, ranks: Ranks, first_round: int, rounds: int) -> dict:
+    """The success rates' mean over `rounds` evaluations, the first numbered `first_round` (each round its own random
+    numbers), and with several rounds `eval_success_se`, the standard error of that mean."""
+    results = [
+        evaluate(lambda r=r: agent_policy(agent, config, r), config, ranks)
+        for r in range(first_round, first_round + rounds)
+    ]
+    metrics = {key: float(np.mean([r[key] for r in results])) for key in results[0]}
+    if rounds > 1:
+        metrics["eval_success_se"] = float(np.std([r["eval_success"] for r in results], ddof=1) / np.sqrt(rounds))
+    return metrics
+
+
 def _play(policy: Policy, config: RunConfig, episodes: list[tuple[int, str, str]]) -> list[float]:
     """The success of each episode (its index in the plan, split and goal), all played together by `policy`."""
     envs = [PlaygroundText(config.env, seed=config.eval.seed + 7919 * i) for i, _, _ in episodes]

@@ -38,6 +38,14 @@ from sacglam_core.config import RunConfig
 from sacglam_core.runfiles import PROGRESS
 
 
+def setup_cost(graphs, compiled: float) -> str:
+    """What capturing `graphs` and compiling blocks (`compiled` seconds) have cost a run, for the progress line (""
+    where neither runs): the first calls of each shape are slower, and this says by how much."""
+    if not (graphs.enabled or compiled):
+        return ""
+    return f", {graphs.captured} graphs captured, capture+compile {duration(graphs.seconds + compiled)}"
+
+
 def duration(seconds: float) -> str:
     if seconds != seconds or seconds == float("inf"):
         return "?"
@@ -61,8 +69,8 @@ class Monitor:
         start_elapsed: float,
         resumed: dict | None,
     ) -> None:
-        """`resumed`: this rank's `state_dict` in the checkpoint the run resumed from ({} in a checkpoint from before
-        it was kept), None on a fresh start; `plan`: the device plan's summary, which progress.json carries."""
+        """`resumed`: this rank's `state_dict` in the checkpoint the run resumed from ({} in one of format 2 that
+        lacks it), None on a fresh start; `plan`: the device plan's summary, which progress.json carries."""
         settings = config.monitor
         self.config, self.out, self.ranks, self.gpus, self.plan = config, out, ranks, gpus, plan
         self.name = f"{out.parent.name}/{out.name}"

@@ -4,23 +4,11 @@
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
 
 import torch
 
-from sacglam_core.runfiles import IMAGE_FILES, file_sha256
-
-IMAGE_DIR = Path("/opt/sacglam")  # containers/sacglam.def copies its definition and the lock there
-
-
-def image_identity(image_dir: Path = IMAGE_DIR) -> dict | None:
-    """The Apptainer image this process runs in and the SHA-256 of the definition and lock it was built from (which
-    the project's image alone carries); None outside an image."""
-    container = os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER")
-    if not container:
-        return None
-    return {"path": container} | {f"{k}_sha256": file_sha256(image_dir / name) for k, name in IMAGE_FILES.items()}
+from sacglam_core.models.hub import hub_offline
+from sacglam_core.models.loading import adapter_norm, lora_target_modules
 
 
 def _dtype(dtype: torch.dtype) -> str:
@@ -57,3 +45,24 @@ def optimizer_record(model: torch.nn.Module, optimizers: dict[str, torch.optim.O
         square = sum(float(s["exp_avg"].double().square().sum()) for s in states if "exp_avg" in s)
         record[name] = {"steps": steps, "lora_tensors": len(lora), "lora_moment_norm": math.sqrt(square)}
     return record
+
+
+def run_record(agent: torch.nn.Module, optimizers: dict[str, torch.optim.Optimizer]) -> dict:
+    """Settings resolved at run time (the hyperparameter tables read them): LoRA's modules and how far its adapters
+    moved, the commit of a hub model's files at load time, whether the Hub was offline, how the weights were loaded
+    and each optimizer's steps on the adapters."""
+    model = agent.lm.model
+    return {
+        "lora_target_modules": lora_target_modules(model),
+        "lora_b_norm": adapter_norm(model),
+        "model_commit": agent.source.commit,
+        "hub_offline": hub_offline(),
+        "weights": weights_record(model),
+        "optimizers": optimizer_record(agent, optimizers),
+    }
+
+
+def weights_checksum(agent: torch.nn.Module) -> float:
+    """A checksum of the trained weights (the ranks' must agree; a resume compares the loaded with the saved)."""
+    with torch.no_grad():
+        return sum(float(v.double().sum()) for v in agent.mutable_state_dict().values() if v.is_floating_point())

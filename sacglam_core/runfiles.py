@@ -16,9 +16,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+
+from sacglam_core.cpu import cpu_name
 
 DONE = "done.json"
 PROGRESS = "progress.json"
@@ -31,6 +34,7 @@ KINDS = {int: "a non-negative integer", float: "a non-negative number", str: "a 
 REQUIRED = object()  # `value`'s default for a key that must be there
 # The files an image of the project carries (containers/sacglam.def), whose SHA-256 identify it
 IMAGE_FILES = {"definition": "sacglam.def", "lock": "requirements.lock"}
+IMAGE_DIR = Path("/opt/sacglam")  # containers/sacglam.def copies its definition and the lock there
 
 
 class RunStateError(ValueError):
@@ -106,6 +110,42 @@ def file_sha256(path: Path) -> str | None:
         return None
     with open(path, "rb") as file:
         return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def image_identity(image_dir: Path = IMAGE_DIR) -> dict | None:
+    """The Apptainer image this process runs in and the SHA-256 of the definition and lock it was built from (which
+    the project's image alone carries); None outside an image."""
+    container = os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER")
+    if not container:
+        return None
+    return {"path": container} | {f"{k}_sha256": file_sha256(image_dir / name) for k, name in IMAGE_FILES.items()}
+
+
+def hardware(gpus: int, gpu_name: str | None, cpu_kernels: str) -> dict:
+    """done.json's hardware record: the GPUs a run computed on (the budget's calibration counts GPU-hours by them),
+    the CPU and its kernels (other kernels round float reductions differently, and through them the sampled
+    actions: cpu.py) and the image it ran in."""
+    image = image_identity()
+    return {
+        "gpus": gpus,
+        "gpu_name": gpu_name,
+        "cpu_name": cpu_name(),
+        "cpu_kernels": cpu_kernels,
+        "container": image and image["path"],  # None outside an image
+        "image": image,
+    }
+
+
+def done_record(env_steps: int, wall_seconds: float, train_seconds: float, eval_success: float, **parts) -> dict:
+    """done.json's summary of a finished run: its length, times and final success first, then `parts` (the ranks,
+    hardware, settings resolved at run time, device plan and fingerprint, as the trainer gives them)."""
+    return {
+        "env_steps": env_steps,
+        "wall_seconds": wall_seconds,
+        "train_seconds": train_seconds,
+        "eval_success": eval_success,
+        **parts,
+    }
 
 
 def plan_summary(path: Path, found: dict) -> str | None:

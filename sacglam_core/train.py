@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     from sacglam_core.distributed import shutdown
     from sacglam_core.lease import LeaseHeldError
     from sacglam_core.models.loading import ModelNotFoundError
-    from sacglam_core.trainer import RunDirectoryError, Trainer
+    from sacglam_core.rundir import RunDirectoryError
+    from sacglam_core.trainer import Trainer
 
     try:
         return Trainer(config).run(stop_at_steps=args.stop_at_steps, stop=stop)

@@ -58,8 +58,7 @@ def test_definition_parses_with_a_base_image_pinned_by_digest(recipe):
 def test_one_copy_of_the_code_the_repository(recipe):
     """The image holds the dependencies only; the workflow binds the repository and sets PYTHONPATH to it. It carries
     its definition and lock where a run reads their SHA-256 (its identity, which gpu_smoke checks)."""
-    from sacglam_core.provenance import IMAGE_DIR
-    from sacglam_core.runfiles import IMAGE_FILES
+    from sacglam_core.runfiles import IMAGE_DIR, IMAGE_FILES
 
     copied = dict(line.split() for line in recipe.files)
     assert copied == {f"containers/{name}": str(IMAGE_DIR / name) for name in IMAGE_FILES.values()}

@@ -1,4 +1,4 @@
-"""The workflow on a real single-node SLURM cluster (workflow/scripts/slurm_cluster.sh): every run is an sbatch
+"""The workflow on a real single-node SLURM cluster (tests/slurm_cluster.sh): every run is an sbatch
 job through submitit with 4 (fake) GPUs and 4 ranks. One is killed by its time limit, requeued and finishes from
 its checkpoint; the driver is stopped (SIGTERM) and killed (kill -9) while jobs run and re-attaches to them; a
 finished campaign stays finished whatever is touched; `figures` and `--report` work mid-campaign; a bad partition is
@@ -25,7 +25,7 @@ from sacglam_core.pipeline.launch import job_name
 pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "workflow" / "scripts" / "slurm_cluster.sh"
+SCRIPT = ROOT / "tests" / "slurm_cluster.sh"
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 LAUNCHER = {
     "container": None,  # the test override: no Apptainer on this machine

@@ -246,6 +246,56 @@ def test_corrupt_checkpoint_falls_back_to_the_previous_one(tmp_path, tiny_models
     assert without_timing(rows(tmp_path / "out")) == without_timing(rows(reference["sac_her"]))
 
 
+def as_format(checkpoints: Path, old: int) -> None:
+    """Rewrite the newest checkpoint in `checkpoints` as the trainer wrote format `old`: format 2 as its first
+    writers left it (a process's one rank at the top of its file, SAC's buffer and PPO's generator alone, no actor
+    schedule, statistics without `shown`, no monitor state, resumes, network or checksum); format 1 lacks the
+    metrics rows and the thread count. The manifest's SHA-256 follow."""
+    manifest_path = sorted(checkpoints.glob("ckpt-*.json"))[-1]
+    manifest = json.loads(manifest_path.read_text())
+    shared_file, local_file = manifest_path.with_suffix(".shared.pt"), manifest_path.with_suffix(".rank0.pt")
+    shared, local = (torch.load(f, weights_only=True) for f in (shared_file, local_file))
+    shard = local.pop("shards")[0]
+    local |= shard
+    del local["monitor"]
+    algo = local["algo"]
+    if "buffers" in algo:
+        algo["buffer"] = algo.pop("buffers")[0]
+    if "generators" in algo:
+        algo["generator"], algo["segments"] = algo.pop("generators")[0], algo["segments"][0]
+    algo["stats"] = algo["stats"]["values"]
+    shared["algo"].pop("actor_schedule", None)
+    for key in ("resumes", "network", "weights_checksum"):
+        del shared["counters"][key]
+    shared["format"] = old
+    if old == 1:
+        del shared["threads"], shared["counters"]["metrics_rows"]
+    for path, state in ((shared_file, shared), (local_file, local)):
+        torch.save(state, path)
+        manifest["files"][path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    manifest_path.write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("name, settings", [("sac_her", SAC_HER), ("ppo_clip_her", PPO_CLIP_HER)])
+def test_a_checkpoint_of_format_2_resumes_as_an_uninterrupted_run(tmp_path, tiny_models, reference, name, settings):
+    config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], **settings)
+    assert train(config, "--stop-at-steps", "200").returncode == 75
+    as_format(tmp_path / "out" / "checkpoints", 2)
+    assert "resumed at 200" in train(config).stderr
+    assert without_timing(rows(tmp_path / "out")) == without_timing(rows(reference[name]))
+    resumes = json.loads((tmp_path / "out" / "done.json").read_text())["resumes"]
+    assert [(r["env_steps"], r["saved"]) for r in resumes] == [(200, None)]  # format 2 did not record the checksum
+
+
+def test_a_checkpoint_of_format_1_is_refused_naming_the_formats_read(tmp_path, tiny_models):
+    config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], **SAC_HER)
+    assert train(config, "--stop-at-steps", "64").returncode == 75
+    as_format(tmp_path / "out" / "checkpoints", 1)
+    result = train(config, check=False)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "written by another version of the trainer (format 1, this one reads 2, 3)" in result.stderr
+
+
 def test_checkpoints_of_another_configuration_or_thread_count_are_refused(tmp_path, tiny_models):
     config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], **SAC_HER)
     assert train(config, "--stop-at-steps", "64").returncode == 75
@@ -477,29 +527,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def torchrun(config: Path, processes: int = 2) -> subprocess.CompletedProcess:
+    """The trainer as `processes` processes on gloo (torchrun), one thread each."""
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes)]
+    return subprocess.run(
+        [*launcher, "--master_port", str(free_port()), "-m", "sacglam_core.train", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=600,
+    )
+
+
 SAC_HER_SMALL_BUFFER = {**SAC_HER, "sac": {**SAC_HER["sac"], "buffer_size": 65}}
 
 
 @pytest.mark.parametrize("settings", [SAC_HER_SMALL_BUFFER, PPO_CLIP_HER], ids=["sac", "ppo"])
 def test_two_ranks_on_gloo_stay_in_sync(tmp_path, tiny_models, settings):
     config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], total_steps=128, **settings)
-    launcher = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(free_port()),
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [*launcher, "-m", "sacglam_core.train", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    result = torchrun(config)
     assert result.returncode == 0, result.stderr[-3000:]
     done = json.loads((tmp_path / "out" / "done.json").read_text())
     assert done["world"] == 2 and len(set(done["weight_checksums"])) == 1
@@ -534,22 +580,7 @@ def test_two_ranks_held_by_one_process_train_as_two_processes_on_gloo(tmp_path, 
     train(together)
     apart = write_config(tmp_path / "two.yaml", tiny_models["tiny-t5"], total_steps=128, model=model, **settings)
     apart.write_text(apart.read_text().replace(str(tmp_path / "out"), str(tmp_path / "apart")))
-    launcher = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(free_port()),
-    ]
-    result = subprocess.run(
-        [*launcher, "-m", "sacglam_core.train", "--config", str(apart)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        timeout=600,
-    )
+    result = torchrun(apart)
     assert result.returncode == 0, result.stderr[-3000:]
     one, two = without_timing(rows(tmp_path / "out")), without_timing(rows(tmp_path / "apart"))
     assert int(one[-1]["updates"]) > 0 and [r["env_steps"] for r in one] == [r["env_steps"] for r in two]

@@ -454,8 +454,6 @@ class PPO:
         }
 
     def load_local_state_dict(self, state: dict) -> None:
-        if "generator" in state:  # one rank's, from before ranks were held
-            state = {**state, "generators": [state["generator"]], "segments": [state["segments"]]}
         for generator, generator_state in zip(self.generators, state["generators"], strict=True):
             generator.set_state(generator_state)
         self.stats.load_state_dict(state["stats"])

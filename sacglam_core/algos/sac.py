@@ -341,8 +341,7 @@ class SAC:
 
     def load_state_dict(self, state: dict) -> None:
         self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        if "actor_schedule" in state:  # checkpoints from before the ramp existed have none (and no ramp)
-            self.actor_schedule.load_state_dict(state["actor_schedule"])
+        self.actor_schedule.load_state_dict(state["actor_schedule"])
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
         with torch.no_grad():
@@ -358,7 +357,6 @@ class SAC:
         return {"buffers": [b.state_dict() for b in self.buffers], "stats": self.stats.state_dict()}
 
     def load_local_state_dict(self, state: dict) -> None:
-        buffers = state.get("buffers", [state.get("buffer")])  # one buffer: a checkpoint from before ranks were held
-        for buffer, buffer_state in zip(self.buffers, buffers, strict=True):
+        for buffer, buffer_state in zip(self.buffers, state["buffers"], strict=True):
             buffer.load_state_dict(buffer_state)
         self.stats.load_state_dict(state["stats"])

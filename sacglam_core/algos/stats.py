@@ -8,6 +8,8 @@ from collections import defaultdict
 import numpy as np
 import torch
 
+from sacglam_core.distributed import Ranks
+
 MAXED = ("policy_kl", "policy_kl_state_max")  # statistics whose largest value in a window is a row of its own
 MAXIMA = tuple(f"{name}_max" for name in MAXED)  # those rows: the largest over processes, where the others average
 
@@ -46,10 +48,23 @@ class UpdateStats:
         return {"values": _read(self._values), "shown": dict(self._shown)}
 
     def load_state_dict(self, state: dict[str, dict]) -> None:
-        if "shown" not in state:  # a checkpoint from before `shown` was kept holds the values alone
-            state = {"values": state, "shown": {k: len(v) for k, v in state.items()}}
         self._values = defaultdict(list, {k: list(v) for k, v in state["values"].items()})
         self._shown = dict(state["shown"])
+
+
+def skipped_warning(share: float) -> str:
+    return (
+        f"the float16 loss scaler skipped {share:.0%} of the optimizer steps since the last metrics row (their "
+        "gradients overflowed float16): use bfloat16 where the GPU has it, or lower learning rates (docs/trainer.md)"
+    )
+
+
+def across_processes(stats: dict[str, float], ranks: Ranks) -> dict[str, float]:
+    """Each process's statistics (over its ranks) as one row: their mean over the processes, and for the MAXIMA the
+    largest of any."""
+    maxima = {k: max(ranks.gather(v)) for k, v in stats.items() if k in MAXIMA}
+    means = ranks.sum(list(stats.values()))
+    return {k: type(v)(m / ranks.world) for (k, v), m in zip(stats.items(), means)} | maxima
 
 
 def _read(values: dict[str, list[torch.Tensor | float]]) -> dict[str, list[float]]:

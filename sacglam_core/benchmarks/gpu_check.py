@@ -234,21 +234,23 @@ def train(config: RunConfig, measured: int, profiled: int) -> tuple[Figures | No
     step, graphs = trainer._step, trainer.agent.graphs
 
     def timed(started: float) -> None:
-        if cuda and trainer.env_steps == measured:
+        if cuda and trainer.counters.env_steps == measured:
             torch.cuda.synchronize()
             activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
             window.update(profile=profiling.enter_context(torch.profiler.profile(activities=activities)))
-            window.update(start=time.perf_counter(), updates=trainer.algo.updates, steps=trainer.env_steps)
+            window.update(start=time.perf_counter(), updates=trainer.algo.updates, steps=trainer.counters.env_steps)
             window.update(calls=dict(counted.calls))
-        elif cuda and trainer.env_steps == measured + profiled and "wall" not in window:
+        elif cuda and trainer.counters.env_steps == measured + profiled and "wall" not in window:
             torch.cuda.synchronize()
             window.update(wall=time.perf_counter() - window["start"], flops=counted.since(window["calls"]))
-            window.update(updates=trainer.algo.updates - window["updates"], steps=trainer.env_steps - window["steps"])
+            window.update(
+                updates=trainer.algo.updates - window["updates"], steps=trainer.counters.env_steps - window["steps"]
+            )
             profiling.close()
         if not marks:
-            marks.append(Mark(trainer.env_steps, trainer.algo.updates, time.perf_counter(), graphs.kinds))
+            marks.append(Mark(trainer.counters.env_steps, trainer.algo.updates, time.perf_counter(), graphs.kinds))
         step(started)
-        marks.append(Mark(trainer.env_steps, trainer.algo.updates, time.perf_counter(), graphs.kinds))
+        marks.append(Mark(trainer.counters.env_steps, trainer.algo.updates, time.perf_counter(), graphs.kinds))
 
     trainer._step = timed
     with profiling:

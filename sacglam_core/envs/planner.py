@@ -21,11 +21,7 @@ def _grasp_action(env: PlaygroundText, part: SimpleGoal) -> str:
     held = [s for s in matching if s in env.held]
     if held:  # only under the event rule (holding would have reached it): put it down, then grasp it again
         return _release(env, held[0])
-    if env.on in matching and len(env.held) < env.config.capacity:
-        return GRASP
-    if len(env.held) >= env.config.capacity:
-        return _release(env, env.held[0])
-    return _go_to(env, matching[0])
+    return _fetch(env, matching)
 
 
 def _grow_action(env: PlaygroundText, part: SimpleGoal) -> str:
@@ -39,11 +35,17 @@ def _grow_action(env: PlaygroundText, part: SimpleGoal) -> str:
     supplies = [
         s for s, k in enumerate(kinds) if k.category == "supply" and any(kinds[t].grows_with(k) for t in targets)
     ]
-    if env.on in supplies and len(env.held) < env.config.capacity:
+    return _fetch(env, supplies)
+
+
+def _fetch(env: PlaygroundText, wanted: list[int]) -> str:
+    """Towards holding one of the objects in the slots `wanted`: grasp where the agent stands on one and has a hand
+    free, free a hand if none is, else go to the first."""
+    if env.on in wanted and len(env.held) < env.config.capacity:
         return GRASP
     if len(env.held) >= env.config.capacity:
         return _release(env, env.held[0])
-    return _go_to(env, supplies[0])
+    return _go_to(env, wanted[0])
 
 
 def _go_to(env: PlaygroundText, slot: int) -> str:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -109,6 +110,26 @@ def _gains(
     return Claim(statement, share >= at_least, evidence)
 
 
+def _between(
+    statement: str,
+    a: np.ndarray,
+    b: np.ndarray,
+    statistic: Callable[[np.ndarray, np.ndarray], float],
+    passes: Callable[[float], bool],
+    evidence: Callable[[float, float, float], str],
+    no_runs: str,
+    incomplete: str,
+) -> Claim:
+    """A claim on `statistic` of two variants' seeds (rows of `a` and `b`) with its 95% stratified-bootstrap
+    interval; it fails, saying so, where one variant has no finished runs (`no_runs`) or a value is missing."""
+    if not (len(a) and len(b)):
+        return Claim(statement, False, no_runs)
+    if np.isnan(a).any() or np.isnan(b).any():
+        return Claim(statement, False, incomplete)
+    value = statistic(a, b)
+    return Claim(statement, passes(value), evidence(value, *stratified_bootstrap(statistic, a, b)))
+
+
 def check(experiment: Experiment, claims: dict | None, baseline: float) -> list[Claim]:
     """Each claim of `claims` against the finished runs; a variant without runs fails its claims."""
     spec = parse_claims(experiment.name, claims, list(experiment.variants))
@@ -151,34 +172,40 @@ def check(experiment: Experiment, claims: dict | None, baseline: float) -> list[
         else:
             auc = f"AUC of {claim.goal_type}"
             a, b = goal_type_aucs(claim.x, claim.goal_type)[:, None], goal_type_aucs(claim.y, claim.goal_type)[:, None]
-        statement = f"P({auc} {claim.x} > {claim.y}) >= {claim.at_least}"
-        if not (len(a) and len(b)):
-            out.append(Claim(statement, False, f"no finished runs of {claim.x if not len(a) else claim.y}"))
-            continue
-        if np.isnan(a).any() or np.isnan(b).any():
-            out.append(Claim(statement, False, f"{claim.goal_type} is not evaluated at every point of every run"))
-            continue
-        p = probability_of_improvement(a, b)
-        low, high = stratified_bootstrap(probability_of_improvement, a, b)
-        evidence = (
-            f"P = {p:.2f} [95% CI {low:.2f}, {high:.2f}] over {len(a)} x {len(b)} seed pairs; "
-            f"{auc} {_mean_std(a[:, 0])} vs {_mean_std(b[:, 0])}"
-            + ("; the interval holds 0.5: no ordering either way" if low <= 0.5 <= high else "")
+        out.append(
+            _between(
+                f"P({auc} {claim.x} > {claim.y}) >= {claim.at_least}",
+                a,
+                b,
+                probability_of_improvement,
+                lambda p, at_least=claim.at_least: p >= at_least,
+                lambda p, low, high, a=a, b=b, auc=auc: (
+                    f"P = {p:.2f} [95% CI {low:.2f}, {high:.2f}] over {len(a)} x {len(b)} seed pairs; "
+                    f"{auc} {_mean_std(a[:, 0])} vs {_mean_std(b[:, 0])}"
+                    + ("; the interval holds 0.5: no ordering either way" if low <= 0.5 <= high else "")
+                ),
+                f"no finished runs of {claim.x if not len(a) else claim.y}",
+                f"{claim.goal_type} is not evaluated at every point of every run",
+            )  # fmt: skip
         )
-        out.append(Claim(statement, p >= claim.at_least, evidence))
     for claim in spec.time:
         a, b = values(claim.x, "train_hours")[:, None], values(claim.y, "train_hours")[:, None]
-        statement = f"training time {claim.x} / {claim.y} <= {claim.at_most}"
-        if not (len(a) and len(b)) or np.isnan(a).any() or np.isnan(b).any():
-            out.append(Claim(statement, False, "training time not recorded for every finished run"))
-            continue
-        ratio = _ratio_of_means(a, b)
-        low, high = stratified_bootstrap(_ratio_of_means, a, b)
-        evidence = (
-            f"ratio {ratio:.2f} [95% CI {low:.2f}, {high:.2f}]; training minutes "
-            f"{_mean_std(a[:, 0] * 60)} vs {_mean_std(b[:, 0] * 60)}"
+        missing = "training time not recorded for every finished run"
+        out.append(
+            _between(
+                f"training time {claim.x} / {claim.y} <= {claim.at_most}",
+                a,
+                b,
+                _ratio_of_means,
+                lambda ratio, at_most=claim.at_most: ratio <= at_most,
+                lambda ratio, low, high, a=a, b=b: (
+                    f"ratio {ratio:.2f} [95% CI {low:.2f}, {high:.2f}]; training minutes "
+                    f"{_mean_std(a[:, 0] * 60)} vs {_mean_std(b[:, 0] * 60)}"
+                ),
+                missing,
+                missing,
+            )  # fmt: skip
         )
-        out.append(Claim(statement, ratio <= claim.at_most, evidence))
     return out
 
 

@@ -14,7 +14,7 @@
 # mysql, on 127.0.0.1 with a free port), slurmdbd, slurmctld -i and slurmd -N localhost.
 # The node has 4 fake GPUs of GRES type `fake` (gres files that are symlinks to /dev/null).
 #
-#   eval "$(workflow/scripts/slurm_cluster.sh env)"   # SLURM_CONF for sbatch/squeue/sacct/...
+#   eval "$(tests/slurm_cluster.sh env)"   # SLURM_CONF for sbatch/squeue/sacct/...
 #
 # Must run as root. `stop` kills only the processes whose pid files lie under STATE_DIR (and checks
 # that they really are those daemons, started with this STATE_DIR).
