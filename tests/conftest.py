@@ -18,9 +18,7 @@ pin_kernels()  # as the command lines do, so that a model built here has their b
 def tiny_models(tmp_path_factory):
     """Paths of the tiny T5 and the tiny causal LM, built by the command line a user runs."""
     out = tmp_path_factory.mktemp("models")
-    subprocess.run(
-        [sys.executable, "-m", "sacglam_core.models", "build-tiny", str(out)], check=True, capture_output=True
-    )
+    subprocess.run([sys.executable, "-m", "sacglam_core.tiny", "build-tiny", str(out)], check=True, capture_output=True)
     return {name: out / name for name in ("tiny-t5", "tiny-causal")}
 
 

@@ -7,7 +7,7 @@ import pytest
 from sacglam_core.envs import catalog
 from sacglam_core.envs.objects import COLORS, NAMES
 from sacglam_core.envs.playground import ACTION_VOCABULARY
-from sacglam_core.models.corpus import DOMAINS, corpus
+from sacglam_core.tiny.corpus import DOMAINS, corpus
 
 # The environment's observation lines. `goal:` and `action:` alone are words of many instruction formats: the
 # selection tasks use them, about other domains' objects only (checked below).

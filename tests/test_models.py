@@ -16,15 +16,15 @@ from sacglam_core.agent.tokens import PromptTokens
 from sacglam_core.config import LoraSettings, ModelConfig
 from sacglam_core.cpu import KERNELS
 from sacglam_core.envs import VectorPlayground, prompt
-from sacglam_core.models import tiny
-from sacglam_core.models.corpus import corpus
 from sacglam_core.models.loading import (
     ModelNotFoundError,
     load_model,
     load_tokenizer,
     lora_target_modules,
 )
-from sacglam_core.models.tiny import (
+from sacglam_core.models.tokenizer import build_tokenizer
+from sacglam_core.tiny import build as tiny
+from sacglam_core.tiny.build import (
     SHIPPED,
     TINY_CAUSAL,
     TINY_PRETRAINED,
@@ -37,7 +37,7 @@ from sacglam_core.models.tiny import (
     tiny_causal,
     tiny_t5,
 )
-from sacglam_core.models.tokenizer import build_tokenizer
+from sacglam_core.tiny.corpus import corpus
 
 
 def load_lm(path, **options) -> GlamLM:
@@ -81,7 +81,7 @@ def test_tiny_build_gives_the_same_bytes_in_another_process(tiny_models, tmp_pat
     differ between processes, and AVX-512 kernels from the AVX2 ones that the session's fixture was built with."""
     unset = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", *KERNELS)
     env = {k: v for k, v in os.environ.items() if k not in unset}
-    command = [sys.executable, "-m", "sacglam_core.models", "build-tiny", str(tmp_path)]
+    command = [sys.executable, "-m", "sacglam_core.tiny", "build-tiny", str(tmp_path)]
     subprocess.run(command, check=True, capture_output=True, env=env)
     for name in ("tiny-t5", "tiny-causal"):
         ours, theirs = tmp_path / name / "model.safetensors", tiny_models[name] / "model.safetensors"
@@ -101,7 +101,7 @@ def test_every_kernel_of_the_cpu_builds_the_same_models(tiny_models, tmp_path):
     folders = []
     for kernel in kernels_of_this_cpu():
         env = {**os.environ, "ATEN_CPU_CAPABILITY": kernel}
-        command = [sys.executable, "-m", "sacglam_core.models", "build-pretrained", str(tmp_path / kernel)]
+        command = [sys.executable, "-m", "sacglam_core.tiny", "build-pretrained", str(tmp_path / kernel)]
         subprocess.run(command, check=True, capture_output=True, env=env)
         folders.append(tmp_path / kernel / TINY_PRETRAINED)
     for folder in folders:
@@ -113,7 +113,7 @@ def test_every_kernel_of_the_cpu_builds_the_same_models(tiny_models, tmp_path):
 
 @pytest.mark.parametrize("damage", ["flipped byte", "missing"])
 def test_a_damaged_shipped_file_stops_the_build_in_one_line(tmp_path, monkeypatch, capsys, damage):
-    from sacglam_core.models.__main__ import main
+    from sacglam_core.tiny.__main__ import main
 
     weights = tmp_path / "weights"
     shutil.copytree(tiny.WEIGHTS, weights)
@@ -157,7 +157,7 @@ def test_pretrained_build_gives_the_same_bytes_in_two_processes_at_once(tmp_path
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     builds = [
         subprocess.Popen(
-            [sys.executable, "-m", "sacglam_core.models", "build-pretrained", str(tmp_path / str(i)), "--train"],
+            [sys.executable, "-m", "sacglam_core.tiny", "build-pretrained", str(tmp_path / str(i)), "--train"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -7,7 +7,7 @@ import sys
 import pytest
 import yaml
 
-from sacglam_core.models.prior import checks
+from sacglam_core.tiny.prior import checks
 
 ROWS = {
     "train": {"random": 0.1, "sampled": 0.3, "greedy": 0.5, "entropy_ratio": 0.7, "goal_sensitivity": 0.2},

@@ -26,7 +26,7 @@ def quoted() -> tuple[str, str]:
 
 
 def test_the_demos_start_and_random_policy_are_what_readme_quotes(tmp_path):
-    build = [sys.executable, "-m", "sacglam_core.models", "build-pretrained", str(tmp_path)]
+    build = [sys.executable, "-m", "sacglam_core.tiny", "build-pretrained", str(tmp_path)]
     subprocess.run(build, check=True, capture_output=True)  # the shipped weights, as the demo's set-up writes them
     definitions = load_definitions(*[ROOT / f for f in DEFINITION_FILES])
     config = parse_config(expand(definitions, ["mini"], "unused", {"models": str(tmp_path)})[0].settings)

@@ -518,7 +518,7 @@ def test_a_read_only_run_directory_or_checkpoints_folder_fails_at_start_with_one
 def test_missing_model_says_how_to_stage_it(tmp_path):
     config = write_config(tmp_path / "run.yaml", tmp_path / "no-such-model", algorithm="sac")
     result = train(config, check=False)
-    assert result.returncode == 2 and "python -m sacglam_core.models build-tiny" in result.stderr
+    assert result.returncode == 2 and "python -m sacglam_core.tiny build-tiny" in result.stderr
 
 
 def free_port() -> int:

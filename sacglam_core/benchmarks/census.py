@@ -95,7 +95,7 @@ def float32_matmul_share(
     from sacglam_core.envs.playground import ACTION_VOCABULARY
 
     if not Path(model).exists():
-        from sacglam_core.models.tiny import build_tiny
+        from sacglam_core.tiny.build import build_tiny
 
         build_tiny(Path(model).parent)
     torch.manual_seed(0)
@@ -271,7 +271,7 @@ def main() -> None:
     args = parser.parse_args()
     pin_threads(args.threads)
     if not Path(args.model).exists():
-        from sacglam_core.models.tiny import build_tiny
+        from sacglam_core.tiny.build import build_tiny
 
         build_tiny(Path(args.model).parent)
     print(f"census: SAC-GLAM+HER at gpu_check's per-rank settings, {args.model}, LoRA, {args.steps} steps, CPU")

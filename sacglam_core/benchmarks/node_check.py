@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := [p for p in parts if p not in PARTS]:
         parser.error(f"unknown parts: {unknown}")
     pin_threads(args.threads)
-    from sacglam_core.models.tiny import TINY_T5, build_tiny
+    from sacglam_core.tiny.build import TINY_T5, build_tiny
 
     args.out.mkdir(parents=True, exist_ok=True)
     failures = []

@@ -36,7 +36,7 @@ def tiny(models_dir: Path, name: str, device: str) -> GlamLM:
 
     path = models_dir / name
     if not path.exists():
-        from sacglam_core.models.tiny import build_tiny
+        from sacglam_core.tiny.build import build_tiny
 
         build_tiny(models_dir)
     seq2seq = name == "tiny-t5"

@@ -1,55 +1,22 @@
-"""Command line: `python -m sacglam_core.models build-tiny <dir> [--train]`, `... build-pretrained <dir> [--train]`,
-and `... stage <hub-id> --cache-dir <dir> [--revision <commit>]`.
-
-The builds write the shipped weights of the causal LMs (checked against their SHA-256); `--train` trains them
-again and says whether this CPU gives the shipped bytes."""
+"""Command line: `python -m sacglam_core.models stage <hub-id> --cache-dir <dir> [--revision <commit>]` downloads a
+Hugging Face model into a shared cache (on a login node: no torch). The tiny models: `python -m sacglam_core.tiny`."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sacglam_core.models", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    tiny = commands.add_parser("build-tiny", help="build the tiny T5 and causal LM offline (deterministic)")
-    tiny.add_argument("out_dir")
-    tiny.add_argument("--seed", type=int, default=0)
-    tiny.add_argument("--train", action="store_true", help="train tiny-causal instead of writing the shipped weights")
-    pretrained = commands.add_parser("build-pretrained", help="build the tiny causal LM pre-trained on language")
-    pretrained.add_argument("out_dir")
-    pretrained.add_argument("--seed", type=int, default=0)
-    pretrained.add_argument("--train", action="store_true", help="train it instead of writing the shipped weights")
     stage = commands.add_parser("stage", help="download a Hugging Face model into a shared cache (needs internet)")
     stage.add_argument("name", help="hub id, e.g. google/flan-t5-base")
     stage.add_argument("--cache-dir", default=None)
     stage.add_argument("--revision", default=None, help="the commit to stage (the cache's `main` then points to it)")
     args = parser.parse_args(argv)
-    if args.command == "stage":  # on a login node: no torch
-        from sacglam_core.models.hub import stage
+    from sacglam_core.models.hub import stage
 
-        print(stage(args.name, args.cache_dir, args.revision))
-        return 0
-    from sacglam_core.cpu import pin_kernels
-
-    pin_kernels()  # the same weights on every x86-64 CPU
-    import torch
-
-    from sacglam_core.models.tiny import SHIPPED, ShippedWeightsError, TinySpec, build_pretrained, build_tiny, sha256
-
-    # One thread: multi-threaded float reductions differ from process to process, and so would the weights.
-    torch.set_num_threads(1)
-    build = build_tiny if args.command == "build-tiny" else build_pretrained
-    try:
-        built = build(args.out_dir, TinySpec(seed=args.seed), train=args.train)
-    except ShippedWeightsError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    for path in built.values() if isinstance(built, dict) else [built]:
-        if args.train and args.seed == 0 and path.name in SHIPPED:
-            same = sha256(path / "model.safetensors") == SHIPPED[path.name]
-            print(f"{path.name}: {'the same bytes as' if same else 'other bytes than'} the shipped weights")
+    print(stage(args.name, args.cache_dir, args.revision))
     return 0
 
 

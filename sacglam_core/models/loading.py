@@ -71,7 +71,7 @@ def _check_folder(config: ModelConfig) -> None:
     if problem:
         raise ModelNotFoundError(
             f"cannot load the model: {problem}. Save the complete model there (`save_pretrained` of the model and its "
-            f"tokenizer); tiny models are built offline with `python -m sacglam_core.models build-tiny <dir>`"
+            f"tokenizer); tiny models are built offline with `python -m sacglam_core.tiny build-tiny <dir>`"
         )
 
 
@@ -90,7 +90,7 @@ def _not_found(config: ModelConfig, cause: Exception) -> ModelNotFoundError:
         f"model not found: {where}. Stage it on a machine with internet access with "
         f"`python -m sacglam_core.models stage {name} --cache-dir <shared cache>` and point HF_HOME "
         f"(or model.cache_dir) at that cache; tiny models are built offline with "
-        f"`python -m sacglam_core.models build-tiny <dir>`. ({type(cause).__name__}: {cause})"
+        f"`python -m sacglam_core.tiny build-tiny <dir>`. ({type(cause).__name__}: {cause})"
     )
 
 

@@ -31,7 +31,7 @@ def task_config(experiment: str, model: str, episodes_per_type: int) -> RunConfi
 
 def report(model: str, targets_file: str | Path = TARGETS) -> bool:
     """Print the measurements and each target; whether all targets hold."""
-    from sacglam_core.models.prior import checks, measure  # imports torch: after main's pin_kernels
+    from sacglam_core.tiny.prior import checks, measure  # imports torch: after main's pin_kernels
 
     spec = yamlfile.load(targets_file, "prior targets")
     rows = measure(task_config(spec["experiment"], model, spec["episodes_per_type"]), spec["states"])

@@ -31,9 +31,9 @@ from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, T5Config, T5ForConditionalGeneration
 
 from sacglam_core.envs import EnvConfig, VectorPlayground
-from sacglam_core.models.corpus import corpus
 from sacglam_core.models.tokenizer import build_tokenizer
 from sacglam_core.settings import settings
+from sacglam_core.tiny.corpus import corpus
 
 TINY_T5 = "tiny-t5"
 TINY_CAUSAL = "tiny-causal"
@@ -64,7 +64,7 @@ def shipped_weights(name: str) -> Path:
         raise ShippedWeightsError(f"{path}: {error.strerror}: restore it with `git checkout -- {path}`") from None
     if digest != SHIPPED[name]:
         raise ShippedWeightsError(
-            f"{path}: SHA-256 {digest[:16]}..., expected {SHIPPED[name][:16]}... (sacglam_core/models/tiny.py): the "
+            f"{path}: SHA-256 {digest[:16]}..., expected {SHIPPED[name][:16]}... (sacglam_core/tiny/build.py): the "
             f"file was damaged or replaced; restore it with `git checkout -- {path}`"
         )
     return path
