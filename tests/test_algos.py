@@ -4,6 +4,7 @@ import dataclasses
 import math
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -299,3 +300,55 @@ def test_with_static_shapes_an_update_is_one_graph_measured_or_not_whatever_shar
     agent.lm.shapes = type(agent.lm.shapes)()  # each batch's own shapes, as on a CPU
     plain = agent.acting_policy(agent.collate([[3, 4, 5]] * 5, [[[6], [7, 8]]] * 5))
     torch.testing.assert_close(policy.log_probs[:, :2], plain.log_probs)
+
+
+def test_a_padded_s_t_plus_n_batch_gives_the_unpadded_critic_loss_whatever_the_copies_discount(tiny_models):
+    """The rows that bootstrap come first and, with static shapes, their s_{t+n} batch is padded with copies of its
+    first row up to the whole batch. The copies are not `real`: their next values read 0 even where the rows they
+    stand beside carried a discount (0.5 here, where an episode's end makes it 0), so the padded batch gives the
+    unpadded critic loss."""
+    losses = []
+    for pad in (False, True):
+        algo = sac_on_tiny(tiny_models["tiny-t5"], warmup_cycles=0)
+        batches, arrays = algo._batches([np.arange(8)])
+        arrays.pop("rank")
+        following = batches["following"]
+        assert 0 < len(following.prompt_tokens) < 8, "the test needs rows that bootstrap and rows that do not"
+        if pad:
+            batches["following"] = following.padded(8)
+        arrays["discount"] = np.where(arrays["discount"] > 0, arrays["discount"], 0.5).astype(np.float32)
+        arrays["env_steps"] = np.zeros((), dtype=np.float64)
+        alpha = algo.log_alpha.exp().detach()
+
+        def critic(b, t, algo=algo, alpha=alpha):
+            return algo._critic_update(
+                b["taken"], b.get("following"), t["reward"], t["discount"], alpha, t["env_steps"]
+            )
+
+        losses.append(float(algo.agent.run("sac-critic", critic, batches, arrays)["critic_loss"]))
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+
+
+def test_a_padded_ppo_minibatch_gives_the_unpadded_losses(tiny_models):
+    """With static shapes a PPO minibatch of 13 rows is padded to 16 with copies that are not `real`: the losses
+    (means over the real rows, advantages normalised over them) are those of the same rows unpadded."""
+    algos = []
+    for static in (False, True):
+        config = run_config(
+            tiny_models["tiny-causal"],
+            "ppo",
+            {"static_shapes": static},
+            ppo={"rollout_steps": 64, "minibatch_size": 32, "epochs": 1, "normalize_advantages": True},
+        )
+        torch.manual_seed(0)
+        algos.append(PPO(GlamAgent.from_config(AgentConfig.of_run(config), ACTION_VOCABULARY), config, Ranks()))
+    plain, padded = algos
+    padded.agent.load_mutable_state_dict(plain.agent.mutable_state_dict())
+    episodes, recorder = rollout(plain.agent, plain.config, algo=plain)
+    rows = plain._transitions([episodes + recorder.cut()])[0][:13]
+    stats = []
+    for algo in algos:
+        algo._minibatch_step([rows])
+        stats.append(algo.pop_stats())
+    for name in ("policy_loss", "value_loss", "entropy"):
+        assert stats[1][name] == pytest.approx(stats[0][name], rel=1e-5, abs=1e-6), name  # policy loss: about 0

@@ -7,7 +7,9 @@ see a few shapes, all of them early, so that one captured CUDA graph (and one co
 a shape from then on (agent/static.py). Padding is masked, so the mathematics is that of the unpadded
 rows. An empty slot repeats its prompt's first candidate, so that every sequence a pass reads is a real one (no
 fully masked attention row, no non-finite value to mask later); `candidate_mask` leaves it out of every softmax,
-expectation and mean.
+expectation and mean. Rows are padded the same way: a batch padded to a fixed number of prompts repeats its first one
+and marks the copies in `real`, which every loss, target and statistic reads (`torch.where(real, value, 0)`, or a
+weight of 0), so that no result rests on what a copy's other values happen to be.
 
 Batches are assembled on the host in numpy (`HostBatch`) and reach the device in one copy (`static.Staging`).
 """
@@ -76,6 +78,7 @@ class CandidateBatch:
     action_ids: torch.Tensor  # [B, C, La]
     action_mask: torch.Tensor  # [B, C, La] 0/1
     candidate_mask: torch.Tensor  # [B, C] bool: a real candidate (not an empty slot)
+    real: torch.Tensor  # [B] bool: a real prompt (not a copy that pads the batch to a fixed number of rows)
     action_index: torch.Tensor  # [B, C]
     concat_ids: torch.Tensor | None  # [B, C, Lc]
     concat_mask: torch.Tensor | None  # [B, C, Lc] 0/1
@@ -114,11 +117,13 @@ class HostBatch:
         return [len(c) for c in self.candidate_tokens]
 
     def padded(self, rows: int) -> HostBatch:
-        """The batch with copies of its first prompt (and its candidates) appended up to `rows` prompts."""
+        """The batch with copies of its first prompt (and its candidates) appended up to `rows` prompts, marked not
+        `real`: whatever a pass computes on them, the losses and statistics read only the real rows."""
         extra = rows - len(self.prompt_tokens)
         if extra <= 0:
             return self
-        arrays = {k: np.concatenate([a, np.repeat(a[:1], extra, 0)]) for k, a in self.arrays.items()}
+        arrays = padded_rows(self.arrays, rows)
+        arrays["real"][-extra:] = False
         return HostBatch(
             arrays,
             self.prompt_tokens + self.prompt_tokens[:1] * extra,
@@ -140,6 +145,7 @@ class HostBatch:
             tensors["action_ids"],
             tensors["action_mask"],
             tensors["candidate_mask"],
+            tensors["real"],
             tensors["action_index"],
             tensors["concat_ids"] if concat else None,
             tensors["concat_mask"] if concat else None,
@@ -147,6 +153,16 @@ class HostBatch:
             self.candidate_tokens,
             self.indexed,
         )
+
+
+def padded_rows(arrays: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
+    """Per-row arrays with copies of their first row appended up to `rows`: the rows that `HostBatch.padded` adds."""
+    return {k: np.concatenate([a, np.repeat(a[:1], rows - len(a), 0)]) for k, a in arrays.items()}
+
+
+def rows_for(count: int, multiple: int) -> int:
+    """`count` rounded up to a multiple of `multiple`: a few static shapes."""
+    return count + (-count % multiple)
 
 
 def pad_rows(rows: list[list[int]], value: int, width: int, left: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -196,6 +212,7 @@ def collate(
         "action_ids": actions.reshape(batch, slots, action_width),
         "action_mask": action_mask.reshape(batch, slots, action_width),
         "candidate_mask": np.arange(slots)[None, :] < np.asarray(sizes)[:, None],
+        "real": np.ones(batch, dtype=bool),
         "action_index": index,
     }
     if concat is not None:

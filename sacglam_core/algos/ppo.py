@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from sacglam_core.agent import CandidateBatch, CandidateDistribution, GlamAgent
-from sacglam_core.agent.batch import HostBatch
+from sacglam_core.agent.batch import HostBatch, padded_rows, rows_for
 from sacglam_core.agent.lm import DEFAULT
 from sacglam_core.algos.precision import adam, grad_scaler, step
 from sacglam_core.algos.stats import Health, UpdateStats
@@ -98,16 +98,6 @@ def kl_penalised(
 
 def _mean(x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
     return x.mean() if weight is None else weighted_mean(x, weight)
-
-
-def padded(chunk: list, multiple: int) -> list:
-    """`chunk` with copies of its first entry up to a multiple of `multiple` entries: a static shape."""
-    return chunk + [chunk[0]] * (-len(chunk) % multiple)
-
-
-def weights(size: int, real: int) -> np.ndarray:
-    """1 for the `real` entries of a padded chunk of `size`, 0 for its copies."""
-    return (np.arange(size) < real).astype(np.float32)
 
 
 def weighted_mean(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -217,15 +207,11 @@ class PPO:
         flat = [t for d in data for t in d]
         kl = []
         for start in range(0, len(flat), SCORING_CHUNK):
-            real = flat[start : start + SCORING_CHUNK]
-            chunk = padded(real, SCORING_ROWS)
-            states = self._states(chunk)
-            before = np.zeros(states.arrays["candidate_mask"].shape, dtype=np.float32)
-            for row, t in zip(before, chunk):
-                row[: len(t.old_log_probs)] = t.old_log_probs
-            kl.append(
-                self.agent.run("ppo-kl", self._kl_pass, {"states": states}, {"before": before})["kl"][: len(real)]
-            )
+            chunk = flat[start : start + SCORING_CHUNK]
+            rows = rows_for(len(chunk), SCORING_ROWS)
+            states = self._states(chunk).padded(rows)
+            before = padded_rows({"before": self._old_log_probs(chunk, states.arrays["candidate_mask"].shape[1])}, rows)
+            kl.append(self.agent.run("ppo-kl", self._kl_pass, {"states": states}, before)["kl"][: len(chunk)])
         if kl:
             measured = [i for i, d in enumerate(data) if d]
             rank = torch.as_tensor(np.repeat(np.arange(len(measured)), [len(data[i]) for i in measured]))
@@ -238,7 +224,15 @@ class PPO:
     def _kl_pass(self, batches: dict[str, CandidateBatch], tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         after, _ = self.agent.policy(batches["states"])
         before = CandidateDistribution(tensors["before"].to(after.log_probs.dtype), after.mask)
-        return {"kl": before.kl(after)}  # per state, the padding's copies included: the caller drops them
+        return {"kl": before.kl(after)}  # per state, the copies that pad the batch included: the caller drops them
+
+    @staticmethod
+    def _old_log_probs(chunk: list[Transition], slots: int) -> np.ndarray:
+        """log pi_old(.|s, g) of each transition over its candidate slots (0 in empty slots)."""
+        before = np.zeros((len(chunk), slots), dtype=np.float32)
+        for row, t in zip(before, chunk):
+            row[: len(t.old_log_probs)] = t.old_log_probs
+        return before
 
     def _states(self, chunk: list[Transition]) -> HostBatch:
         return self.agent.collate(
@@ -279,19 +273,16 @@ class PPO:
             actions += [*segment.actions, 0]  # s_T has no action: its value alone is read
         read = []
         for start in range(0, len(prompts), SCORING_CHUNK):
-            rows = padded(list(range(start, min(start + SCORING_CHUNK, len(prompts)))), SCORING_ROWS)
+            chunk = range(start, min(start + SCORING_CHUNK, len(prompts)))
+            rows = rows_for(len(chunk), SCORING_ROWS)
             batch = self.agent.collate(
-                [prompts[i] for i in rows],
-                [[ids[a] for a in candidates[i]] for i in rows],
-                [candidates[i] for i in rows],
-            )
-            out = self.agent.run(
-                "ppo-score",
-                self._score_pass,
-                {"states": batch},
-                {"action": np.asarray([actions[i] for i in rows], dtype=np.int64)},
-            )
-            read.append(out["value_logp"].cpu().numpy()[: min(SCORING_CHUNK, len(prompts) - start)])
+                [prompts[i] for i in chunk],
+                [[ids[a] for a in candidates[i]] for i in chunk],
+                [candidates[i] for i in chunk],
+            ).padded(rows)
+            action = padded_rows({"action": np.asarray([actions[i] for i in chunk], dtype=np.int64)}, rows)
+            out = self.agent.run("ppo-score", self._score_pass, {"states": batch}, action)
+            read.append(out["value_logp"].cpu().numpy()[: len(chunk)])
         values, logp = np.concatenate(read).T if read else (np.zeros(0), np.zeros(0))
         out, start = [], 0
         for segment, _ in pieces:
@@ -344,21 +335,13 @@ class PPO:
 
     def _minibatch_step(self, chunks: list[list[Transition]]) -> None:
         """One gradient step on the ranks' minibatches together: each row weighs 1 / (ranks x its rank's rows), so
-        that the loss is the mean of the ranks' means, and the rows are padded to a multiple of a quarter minibatch
-        with copies that weigh 0."""
+        that the loss is the mean of the ranks' means; with static shapes the rows are padded to a multiple of a
+        quarter minibatch with copies that are not `real`."""
         cfg = self.cfg
         chunk = [t for c in chunks for t in c]
-        real = len(chunk)
-        chunk = padded(chunk, max(1, cfg.minibatch_size // 4) if self.agent.lm.shapes.static else 1)
-        share = np.concatenate(
-            [np.full(len(c), 1 / (len(chunks) * len(c))) for c in chunks] + [np.zeros(len(chunk) - real)]
-        )
-        group = np.concatenate([np.full(len(c), k) for k, c in enumerate(chunks)] + [np.zeros(len(chunk) - real)])
-        states = self._states(chunk)
-        before = np.zeros(states.arrays["candidate_mask"].shape, dtype=np.float32)
-        if cfg.loss == "kl":
-            for row, t in zip(before, chunk):
-                row[: len(t.old_log_probs)] = t.old_log_probs
+        rows = rows_for(len(chunk), max(1, cfg.minibatch_size // 4) if self.agent.lm.shapes.static else 1)
+        states = self._states(chunk).padded(rows)
+        slots = states.arrays["candidate_mask"].shape[1]
         column = lambda name: np.asarray([getattr(t, name) for t in chunk], dtype=np.float32)  # noqa: E731
         arrays = {
             "action": np.asarray([t.action for t in chunk], dtype=np.int64),
@@ -367,12 +350,13 @@ class PPO:
             "center": column("r0") if cfg.center_clip else np.ones(len(chunk), dtype=np.float32),
             "ret": column("ret"),
             "old_value": column("old_value"),
-            "before": before,
-            "weight": share.astype(np.float32),
-            "real": weights(len(chunk), real),
-            "group": group.astype(np.int64),
-            "env_steps": np.asarray(self._env_steps, dtype=np.float64),
+            "before": self._old_log_probs(chunk, slots)
+            if cfg.loss == "kl"
+            else np.zeros((len(chunk), slots), np.float32),
+            "share": np.concatenate([np.full(len(c), 1 / (len(chunks) * len(c)), np.float32) for c in chunks]),
+            "group": np.concatenate([np.full(len(c), k, np.int64) for k, c in enumerate(chunks)]),
         }
+        arrays = padded_rows(arrays, rows) | {"env_steps": np.asarray(self._env_steps, dtype=np.float64)}
         normalize = cfg.normalize_advantages
         groups = len(chunks)
         stats = self.agent.run(
@@ -384,14 +368,15 @@ class PPO:
         self, batch: CandidateBatch, rows: dict[str, torch.Tensor], normalize: bool, groups: int
     ) -> dict[str, torch.Tensor]:
         """One gradient step on staged tensors, device work alone (a captured graph on a GPU); its statistics. Means
-        weigh the rows by `rows["weight"]` (the mean of the ranks' means over their real rows)."""
-        cfg, agent, weight = self.cfg, self.agent, rows["weight"]
+        weigh the real rows by their rank's share (the mean of the ranks' means over their real rows)."""
+        cfg, agent = self.cfg, self.agent
+        weight = torch.where(batch.real, rows["share"], 0)
         mean = lambda x: weighted_mean(x, weight)  # noqa: E731
         policy, out = agent.policy(batch, hidden=True)
         logp = policy.log_probs.gather(1, rows["action"][:, None]).squeeze(1)
         advantages = rows["advantage"]
         if normalize:
-            advantages = normalized(advantages, rows["real"], rows["group"], groups)
+            advantages = normalized(advantages, batch.real, rows["group"], groups)
         ratio = torch.exp(logp - rows["old_logp"])
         stats = {}
         if cfg.loss == "clip":

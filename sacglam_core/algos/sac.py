@@ -157,8 +157,9 @@ class SAC:
         that bootstrap come first; a row whose n steps end the episode has discount 0, its target is the reward
         alone and s_{t+n} need not go through the LLM (HER's copies end in success, so they are often most of a
         batch). With static shapes the s_{t+n} batch holds them padded to the whole batch with copies of its first
-        row, so that its passes have one shape whatever the share that bootstraps (a captured graph, and with
-        `model.compile` a compilation, per share would keep appearing late in a run); none when no row bootstraps."""
+        row (not `real`: their values read 0), so that its passes have one shape whatever the share that bootstraps
+        (a captured graph, and with `model.compile` a compilation, per share would keep appearing late in a run); none
+        when no row bootstraps."""
         parts = [buffer.rows(index) for buffer, index in zip(self.buffers, indices)]
         rows = {k: _concatenate([part[k] for part in parts]) for k in parts[0]}
         order = np.argsort(rows["discount"] <= 0, kind="stable")
@@ -175,14 +176,12 @@ class SAC:
         }
         bootstrap = int((rows["discount"] > 0).sum())
         if bootstrap:
-            size = len(order) if agent.lm.shapes.static else bootstrap
-            kept = list(range(bootstrap)) + [0] * (size - bootstrap)
-            later = [rows["next_candidates"][i] for i in kept]
+            later = list(rows["next_candidates"][:bootstrap])
             batches["following"] = agent.collate(
-                [tokens.join(goals[i], rows["next_obs"][i]) for i in kept],
+                [tokens.join(goals[i], rows["next_obs"][i]) for i in range(bootstrap)],
                 [[self._action_tokens[a] for a in c] for c in later],
                 later,
-            )
+            ).padded(len(order) if agent.lm.shapes.static else bootstrap)
         arrays = {"reward": rows["reward"].astype(np.float32), "discount": rows["discount"].astype(np.float32)}
         return batches, arrays | {"rank": order // self.batch_size}  # each row's rank, among those held
 
@@ -260,7 +259,7 @@ class SAC:
                 # A target critic on the policy's own LLM weights reads Q from the pass that gives pi(.|s_{t+n}).
                 next_policy, next_pass = agent.policy(following, hidden=agent.critic.reads_policy_pass(target=True))
                 next_q = agent.q(following, target=True, policy_pass=next_pass)
-                value = soft_state_value(next_policy, next_q, alpha)
+                value = torch.where(following.real, soft_state_value(next_policy, next_q, alpha), 0)
                 next_value = torch.cat([value, next_value[len(value) :]])
             target = critic_targets(reward, discount, next_value)
         q_taken = agent.q(taken)[:, 0]
