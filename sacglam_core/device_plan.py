@@ -46,6 +46,8 @@ class DevicePlan:
     collectives: Collectives
     """Where an update's gradient all-reduces run: `none` (one process), `in the update` (eager passes), `between
     graphs` (each update's captured pieces replayed around them: a collective is never recorded in a graph)."""
+    host_reads_checked: bool = False
+    """The first calls of each device-only function fail on a host read (`model.check_host_reads`)."""
 
     @classmethod
     def of_run(cls, config: RunConfig) -> DevicePlan:
@@ -87,6 +89,7 @@ class DevicePlan:
             processes,
             backend if processes > 1 else None,
             collectives,
+            model.check_host_reads,
         )
 
     @classmethod

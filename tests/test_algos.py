@@ -325,7 +325,7 @@ def test_a_padded_s_t_plus_n_batch_gives_the_unpadded_critic_loss_whatever_the_c
                 b["taken"], b.get("following"), t["reward"], t["discount"], alpha, t["env_steps"]
             )
 
-        losses.append(float(algo.agent.run("sac-critic", critic, batches, arrays)["critic_loss"]))
+        losses.append(float(algo.agent.captured("sac-critic", critic)(batches, arrays)["critic_loss"]))
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)
 
 

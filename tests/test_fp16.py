@@ -1,12 +1,14 @@
 """float16 as a V100 computes: the loss scaler's steps are device work alone (a captured update replays them), and a
 gradient overflow skips exactly its step, shrinks the scale and training goes on."""
 
+import numpy as np
 import pytest
 import torch
 
 from sacglam_core.agent import AgentConfig, GlamAgent
+from sacglam_core.agent.static import HostReadError, NoHostReads
 from sacglam_core.algos.ppo import PPO
-from sacglam_core.benchmarks.faults import ForcedOverflow, HostReadError, NoHostReads
+from sacglam_core.benchmarks.faults import ForcedOverflow
 from sacglam_core.distributed import Ranks
 from sacglam_core.envs.playground import ACTION_VOCABULARY
 from tests.test_algos import rollout, run_config, sac_on_tiny
@@ -15,7 +17,7 @@ FP16 = {"dtype": "float16", "lora": {"r": 4}, "static_shapes": True}
 
 
 def checked_for_host_reads(agent: GlamAgent) -> None:
-    """Every call `agent.run` makes (what a GPU captures) runs under NoHostReads."""
+    """Every call of a function the agent wraps (what a GPU captures) runs under NoHostReads."""
     run = agent.graphs.run
 
     def checked(key, fn, inputs):
@@ -96,3 +98,18 @@ def test_float16_ppo_steps_read_nothing_on_the_host_and_an_overflow_skips_exactl
         algo.update([recorder], env_steps=128)
     assert float(algo.health.skipped) == 2 and algo.divergence() is None
     assert any(not torch.equal(a, p) for a, p in zip(before, params))
+
+
+def test_with_check_host_reads_a_wrapped_functions_first_calls_fail_on_a_host_read(tiny_models):
+    """`model.check_host_reads`: what the agent wraps for capture fails loudly on a host read in its first calls (the
+    eager ones a GPU makes before capturing, where the read would otherwise be frozen into the graph)."""
+    config = run_config(tiny_models["tiny-t5"], "sac", {"check_host_reads": True})
+    agent = GlamAgent.from_config(AgentConfig.of_run(config), ACTION_VOCABULARY)
+    assert agent.plan.host_reads_checked
+    reads = agent.captured("reads", lambda _, t: {"x": t["x"] * float(t["x"].sum())})
+    with pytest.raises(HostReadError):
+        reads({}, {"x": np.ones(2, dtype=np.float32)})
+    clean = agent.captured("clean", lambda _, t: {"x": t["x"] * t["x"].sum()})
+    assert clean({}, {"x": np.ones(2, dtype=np.float32)})["x"].tolist() == [2.0, 2.0]
+    unchecked = GlamAgent.from_config(AgentConfig.of_run(run_config(tiny_models["tiny-t5"], "sac")), ACTION_VOCABULARY)
+    assert unchecked.captured("reads", lambda _, t: {"x": t["x"] * float(t["x"].sum())})({}, {"x": np.ones(2)})

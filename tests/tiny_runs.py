@@ -7,7 +7,7 @@ import yaml
 
 def write_config(path: Path, model: Path, /, **settings) -> Path:
     config = {
-        "model": {"name_or_path": str(model)},
+        "model": {"name_or_path": str(model), "check_host_reads": True},
         "output_dir": str(path.parent / "out"),
         "total_steps": 384,
         "num_envs": 8,

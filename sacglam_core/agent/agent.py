@@ -66,7 +66,8 @@ class GlamAgent(nn.Module):
         lm.shapes = Shapes(max_candidates, widest, WIDTH_MULTIPLE) if self.plan.static_shapes else Shapes()
         self.critic = Critic(lm, critic, len(self.action_index)) if critic else None
         self.value_head = ValueHead(lm) if value_head else None
-        self.graphs = Graphs(lm.device, self.plan.capture)
+        self.graphs = Graphs(lm.device, self.plan.capture, self.plan.host_reads_checked)
+        self._acting_scores = self.captured("act", self._scores)
         self.source: ModelSource | None = None  # where from_config read the model
 
     @classmethod
@@ -127,28 +128,27 @@ class GlamAgent(nn.Module):
             return None
         return [[self.action_index.get(a, -1) for a in actions] for actions in candidates]
 
-    def run(
-        self,
-        kind: str,
-        fn: Callable[[dict[str, CandidateBatch], dict[str, torch.Tensor]], Outputs],
-        batches: dict[str, HostBatch],
-        arrays: dict[str, np.ndarray] | None = None,
-        flags: tuple = (),
-    ) -> Outputs:
-        """`fn(batches, tensors)` on the device, every batch and array staged in one copy: replayed from a captured
-        CUDA graph on a GPU (agent/static.py), one per kind of call, its host-side `flags` and its shapes."""
-        arrays = arrays or {}
-        named = {f"{name}.{key}": a for name, host in batches.items() for key, a in host.arrays.items()}
-        staged = stage(named | arrays, self.lm.device)
+    def captured(
+        self, kind: str, fn: Callable[[dict[str, CandidateBatch], dict[str, torch.Tensor]], Outputs]
+    ) -> Callable[..., Outputs]:
+        """`fn(batches, tensors)`, a plain function of device tensors, wrapped once: called with host batches and
+        arrays, it stages them in one copy and runs `fn` on the device, replayed from a captured CUDA graph on a GPU
+        (agent/static.py), one per kind and shapes. A decision made on the host (warm-up) chooses which wrapped
+        function runs; none is taken inside one."""
 
-        def call(tensors: dict[str, torch.Tensor]) -> Outputs:
-            on = {
-                name: host.on({key: tensors[f"{name}.{key}"] for key in host.arrays}) for name, host in batches.items()
-            }
-            return fn(on, {key: tensors[key] for key in arrays})
+        def call(batches: dict[str, HostBatch], arrays: dict[str, np.ndarray] | None = None) -> Outputs:
+            arrays = arrays or {}
+            named = {f"{name}.{key}": a for name, host in batches.items() for key, a in host.arrays.items()}
+            staged = stage(named | arrays, self.lm.device)
 
-        key = (kind, flags, tuple((name, tuple(t.shape)) for name, t in staged.tensors.items()))
-        return self.graphs.run(key, call, staged)
+            def on_device(tensors: dict[str, torch.Tensor]) -> Outputs:
+                on = {n: host.on({k: tensors[f"{n}.{k}"] for k in host.arrays}) for n, host in batches.items()}
+                return fn(on, {key: tensors[key] for key in arrays})
+
+            key = (kind, tuple((name, tuple(t.shape)) for name, t in staged.tensors.items()))
+            return self.graphs.run(key, on_device, staged)
+
+        return call
 
     # -- model outputs ---------------------------------------------------------------------------
     def policy(self, batch: CandidateBatch, hidden: bool = False) -> tuple[CandidateDistribution, LMOutput]:
@@ -181,16 +181,16 @@ class GlamAgent(nn.Module):
         choice = policy.greedy() if greedy else policy.sample(generator)
         return choice.tolist()
 
+    @torch.no_grad()
+    def _scores(self, batches: dict[str, CandidateBatch], _) -> Outputs:
+        policy, _ = self.policy(batches["states"])
+        return {"log_probs": policy.log_probs, "mask": policy.mask}
+
     def acting_policy(self, host: HostBatch) -> CandidateDistribution:
         """The policy over a batch's candidates, without gradients (a captured pass on a GPU, its rows padded to a
         few counts and dropped after the pass)."""
 
-        @torch.no_grad()
-        def scores(batches: dict[str, CandidateBatch], _) -> Outputs:
-            policy, _ = self.policy(batches["states"])
-            return {"log_probs": policy.log_probs, "mask": policy.mask}
-
         prompts = len(host.prompt_tokens)
         host = host.padded(self.lm.shapes.rows(prompts)).without_concat()
-        out = self.run("act", scores, {"states": host})
+        out = self._acting_scores({"states": host})
         return CandidateDistribution(out["log_probs"][:prompts], out["mask"][:prompts])

@@ -11,7 +11,9 @@ call is a real one: the same kernels on the same numbers, eager or replayed.
 What a captured function may do: only device work on its inputs and on tensors that outlive it (weights, optimizer
 state, learning rates held as tensors). Host reads (`.item()`, `.tolist()`), copies from the host, Python decisions
 on tensor values and shape changes would be frozen at capture; batches therefore have static shapes (batch.py),
-and a decision made on the host (warm-up, which statistics to measure) is part of the key.
+and a decision made on the host (warm-up, which statistics to measure) chooses which function runs: each is wrapped
+once, where it is built (`GlamAgent.captured`). With `check_host_reads` a key's first calls fail on a host read
+(`torch.cuda.set_sync_debug_mode("error")` on a GPU, `NoHostReads` on a CPU) instead of freezing it.
 
 Collectives are never captured. A function that starts one (the gradient all-reduce of a run with several processes,
 `distributed.outside_graphs`) is captured as pieces: the capture ends where the collective starts, that piece is
@@ -30,11 +32,28 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from sacglam_core.distributed import Collective, collectives_to
 
 WARMUP = 2  # eager calls of a key before its capture
 Outputs = dict[str, torch.Tensor]
+
+
+class HostReadError(RuntimeError):
+    """A tensor's value was read on the host where only device work may run."""
+
+
+class NoHostReads(TorchDispatchMode):
+    """Fails on a read of a tensor's value by the host (`.item()`, `bool()`, `float()`): on a GPU it would wait for
+    the device, and inside a captured graph its value would be frozen at capture. The CPU's counterpart of
+    `torch.cuda.set_sync_debug_mode("error")`, which a GPU uses; `.tolist()` and `.numpy()` on a CPU tensor read its
+    memory without dispatch and escape it."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            raise HostReadError(f"a tensor's value read on the host ({func}) inside device-only work")
+        return func(*args, **(kwargs or {}))
 
 
 @dataclass
@@ -104,11 +123,12 @@ class Graphs:
     """Calls replayed from CUDA graphs, one per key (in pieces where it starts collectives); eager calls where
     `enabled` is false (the device plan's `capture`)."""
 
-    def __init__(self, device: torch.device | str, enabled: bool = True) -> None:
+    def __init__(self, device: torch.device | str, enabled: bool = True, check_host_reads: bool = False) -> None:
         self.device = torch.device(device)
         if enabled and self.device.type != "cuda":
             raise ValueError(f"captured graphs need a CUDA device, not {self.device}")
-        self.enabled = enabled
+        self.enabled, self.check_host_reads = enabled, check_host_reads
+        self._eager_calls: dict[Hashable, int] = {}  # where nothing is captured: each key's calls, up to WARMUP
         self.seconds = 0.0  # spent capturing
         self._entries: dict[Hashable, _Entry] = {}
         if self.enabled:
@@ -129,13 +149,15 @@ class Graphs:
         """`fn(inputs.tensors)`: eagerly, or replayed from the graph of `key` (its outputs copied out, since the
         next replay overwrites them)."""
         if not self.enabled:
-            return fn(inputs.tensors)
+            calls = self._eager_calls[key] = min(self._eager_calls.get(key, 0) + 1, WARMUP + 1)
+            with self._checked() if calls <= WARMUP else contextlib.nullcontext():
+                return fn(inputs.tensors)
         entry = self._entries.setdefault(key, _Entry())
         if entry.calls < WARMUP:
             entry.calls += 1
             current = torch.cuda.current_stream(self.device)
             self._side.wait_stream(current)
-            with torch.cuda.stream(self._side):
+            with torch.cuda.stream(self._side), self._checked():
                 outputs = fn(inputs.tensors)
             current.wait_stream(self._side)
             return outputs
@@ -148,6 +170,23 @@ class Graphs:
             entry.inputs.flat.copy_(inputs.flat, non_blocking=True)
             entry.replay()
         return {name: value.clone() for name, value in entry.outputs.items()}
+
+    @contextlib.contextmanager
+    def _checked(self):
+        """With `check_host_reads`, a host read fails loudly instead of being frozen into a graph: on a GPU under
+        torch's sync debug mode, on a CPU under `NoHostReads`."""
+        if not self.check_host_reads:
+            yield
+        elif self.device.type == "cuda":
+            previous = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                yield
+            finally:
+                torch.cuda.set_sync_debug_mode(previous)
+        else:
+            with NoHostReads():
+                yield
 
     def _capture(self, entry: _Entry, fn: Callable[[dict[str, torch.Tensor]], Outputs]) -> Outputs:
         """`fn` on the entry's inputs captured in pieces, cut where it starts a collective, each piece replayed once

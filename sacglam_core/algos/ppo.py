@@ -146,6 +146,9 @@ class PPO:
         gradients = () if agent.plan.loss_scaling else ("gradient",)
         self.health = Health(("policy loss", "value loss", *gradients), agent.lm.device, "minibatch step")
         self._env_steps = 0  # of the update under way
+        # Device work alone, each wrapped once (a captured graph per shape on a GPU)
+        self._acting, self._kl = agent.captured("act-ppo", self._acting_pass), agent.captured("ppo-kl", self._kl_pass)
+        self._score, self._learner = agent.captured("ppo-score", self._score_pass), agent.captured("ppo", self._learn)
 
     @property
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
@@ -154,7 +157,7 @@ class PPO:
 
     # -- acting ----------------------------------------------------------------------------------
     def act(self, batch: HostBatch, generators: list[torch.Generator]) -> tuple[list[int], dict[str, list]]:
-        out = self.agent.run("act-ppo", self._acting_pass, {"states": batch})
+        out = self._acting({"states": batch})
         policy = CandidateDistribution(out["log_probs"], out["mask"])
         choice = policy.sample(generators).tolist()
         # one read of what the rollout keeps: each prompt's value and log-probabilities
@@ -211,7 +214,7 @@ class PPO:
             rows = rows_for(len(chunk), SCORING_ROWS)
             states = self._states(chunk).padded(rows)
             before = padded_rows({"before": self._old_log_probs(chunk, states.arrays["candidate_mask"].shape[1])}, rows)
-            kl.append(self.agent.run("ppo-kl", self._kl_pass, {"states": states}, before)["kl"][: len(chunk)])
+            kl.append(self._kl({"states": states}, before)["kl"][: len(chunk)])
         if kl:
             measured = [i for i, d in enumerate(data) if d]
             rank = torch.as_tensor(np.repeat(np.arange(len(measured)), [len(data[i]) for i in measured]))
@@ -281,7 +284,7 @@ class PPO:
                 [candidates[i] for i in chunk],
             ).padded(rows)
             action = padded_rows({"action": np.asarray([actions[i] for i in chunk], dtype=np.int64)}, rows)
-            out = self.agent.run("ppo-score", self._score_pass, {"states": batch}, action)
+            out = self._score({"states": batch}, action)
             read.append(out["value_logp"].cpu().numpy()[: len(chunk)])
         values, logp = np.concatenate(read).T if read else (np.zeros(0), np.zeros(0))
         out, start = [], 0
@@ -357,25 +360,18 @@ class PPO:
             "group": np.concatenate([np.full(len(c), k, np.int64) for k, c in enumerate(chunks)]),
         }
         arrays = padded_rows(arrays, rows) | {"env_steps": np.asarray(self._env_steps, dtype=np.float64)}
-        normalize = cfg.normalize_advantages
-        groups = len(chunks)
-        stats = self.agent.run(
-            "ppo", lambda b, t: self._learn(b["states"], t, normalize, groups), {"states": states}, arrays, (normalize,)
-        )
-        self.stats.add(**stats)
+        self.stats.add(**self._learner({"states": states}, arrays))
 
-    def _learn(
-        self, batch: CandidateBatch, rows: dict[str, torch.Tensor], normalize: bool, groups: int
-    ) -> dict[str, torch.Tensor]:
+    def _learn(self, batches: dict[str, CandidateBatch], rows: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One gradient step on staged tensors, device work alone (a captured graph on a GPU); its statistics. Means
         weigh the real rows by their rank's share (the mean of the ranks' means over their real rows)."""
-        cfg, agent = self.cfg, self.agent
+        cfg, agent, batch, groups = self.cfg, self.agent, batches["states"], len(self.ranks.held)
         weight = torch.where(batch.real, rows["share"], 0)
         mean = lambda x: weighted_mean(x, weight)  # noqa: E731
         policy, out = agent.policy(batch, hidden=True)
         logp = policy.log_probs.gather(1, rows["action"][:, None]).squeeze(1)
         advantages = rows["advantage"]
-        if normalize:
+        if cfg.normalize_advantages:
             advantages = normalized(advantages, batch.real, rows["group"], groups)
         ratio = torch.exp(logp - rows["old_logp"])
         stats = {}

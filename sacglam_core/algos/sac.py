@@ -15,6 +15,7 @@ Episodes enter the replay buffer when they end, with their hindsight copies when
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 import torch
@@ -117,6 +118,13 @@ class SAC:
         # float16's gradients overflow now and then (the scaler skips the step): only its losses tell divergence
         gradients = () if agent.plan.loss_scaling else ("critic gradient", "actor gradient", "alpha gradient")
         self.health = Health(("critic loss", "actor loss", "alpha loss", *gradients), agent.lm.device)
+        # The update as device work alone, wrapped once per host branch: the critic alone during warm-up, then both.
+        self._learners = {
+            warming_up: agent.captured(
+                "sac-warmup" if warming_up else "sac", partial(self._learn, warming_up=warming_up)
+            )
+            for warming_up in (True, False)
+        }
 
     @property
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
@@ -197,13 +205,7 @@ class SAC:
         # The whole update's change of pi (a critic that shares the policy's weights moves it too, warm-up included),
         # measured by passes of their own: the update stays one graph whether or not it is measured.
         before = self.agent.acting_policy(batches["current"]) if every and self.updates % every == 0 else None
-        stats = self.agent.run(
-            "sac",
-            lambda b, t: self._learn(b, t["reward"], t["discount"], t["env_steps"], warming_up),
-            batches,
-            arrays,
-            flags=(warming_up,),
-        )
+        stats = self._learners[warming_up](batches, arrays)
         if before is not None:  # each rank's measurement, so that ranks held in one process measure as processes
             kl = before.kl(self.agent.acting_policy(batches["current"])).float()
             rank = rank.to(kl.device)
@@ -218,15 +220,11 @@ class SAC:
         self.updates += 1
 
     def _learn(
-        self,
-        batches: dict[str, CandidateBatch],
-        reward: torch.Tensor,
-        discount: torch.Tensor,
-        env_steps: torch.Tensor,
-        warming_up: bool,
+        self, batches: dict[str, CandidateBatch], tensors: dict[str, torch.Tensor], warming_up: bool
     ) -> dict[str, torch.Tensor]:
         """One gradient update on staged tensors, device work alone (a captured graph on a GPU); its statistics. Its
         losses and gradients' norms go to `health`, which tells divergence."""
+        reward, discount, env_steps = tensors["reward"], tensors["discount"], tensors["env_steps"]
         alpha = self.log_alpha.exp().detach()
         stats = self._critic_update(batches["taken"], batches.get("following"), reward, discount, alpha, env_steps)
         if not warming_up:

@@ -200,7 +200,7 @@ def loop_census(model: str, steps: int) -> dict:
 
         def marked(key, fn, inputs):
             def inside(tensors):
-                traffic.inside = key[0] == "sac"
+                traffic.inside = key[0] in ("sac", "sac-warmup")
                 try:
                     return fn(tensors)
                 finally:

@@ -1,5 +1,5 @@
 """Faults injected on the device, so that a captured graph replays them: what the GPU verification and the tests use to
-show that float16's loss scaler skips a step and recovers, and that an update reads nothing on the host."""
+show that float16's loss scaler skips a step and recovers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from sacglam_core.algos import ppo, precision, sac
 
@@ -43,19 +42,3 @@ class ForcedOverflow:
             yield self
         finally:
             sac.step, ppo.step = previous
-
-
-class HostReadError(RuntimeError):
-    """A tensor's value was read on the host where only device work may run."""
-
-
-class NoHostReads(TorchDispatchMode):
-    """Fails on a read of a tensor's value by the host (`.item()`, `bool()`, `float()`): on a GPU it would wait for
-    the device, and inside a captured graph its value would be frozen at capture. The CPU's counterpart of
-    `torch.cuda.set_sync_debug_mode("error")`, which a GPU uses; `.tolist()` and `.numpy()` on a CPU tensor read its
-    memory without dispatch and escape it."""
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten._local_scalar_dense.default:
-            raise HostReadError(f"a tensor's value read on the host ({func}) inside device-only work")
-        return func(*args, **(kwargs or {}))

@@ -247,8 +247,8 @@ def update_costs(sac: SAC, index: np.ndarray, alpha: torch.Tensor) -> dict[str, 
         return sac._actor_update(b["current"], alpha, t["env_steps"])
 
     return {
-        "critic": measure(lambda: sac.agent.run("sac-critic", critic, batches, arrays)),
-        "actor": measure(lambda: sac.agent.run("sac-actor", actor, batches, {"env_steps": arrays["env_steps"]})),
+        "critic": measure(lambda: sac.agent.captured("sac-critic", critic)(batches, arrays)),
+        "actor": measure(lambda: sac.agent.captured("sac-actor", actor)(batches, {"env_steps": arrays["env_steps"]})),
     }
 
 
