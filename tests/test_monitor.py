@@ -15,6 +15,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tiny_runs import write_config
 
 from sacglam_core.algos.stats import UpdateStats
+from sacglam_core.checkpoint import upgrade
 
 TRAIN = [sys.executable, "-m", "sacglam_core.train"]
 
@@ -123,21 +124,23 @@ def test_killed_just_after_a_checkpoint_and_resumed(tmp_path, tiny_models, refer
 
 
 def test_resuming_a_checkpoint_without_the_monitors_state(tmp_path, tiny_models, reference):
-    """A checkpoint from before the monitor's state and the shown statistics were kept resumes as before (training
-    points may differ from the uninterrupted run's), with one point per step and the same evaluations."""
+    """A checkpoint of format 2 from before the monitor's state and the shown statistics were kept resumes as before
+    (training points may differ from the uninterrupted run's), with one point per step and the same evaluations."""
     config = write_config(tmp_path / "run.yaml", tiny_models["tiny-t5"], **SAC_HER)
     manifest = tmp_path / "out" / "checkpoints" / "ckpt-000000096.json"
     kill_when(config, manifest.exists)
     for later in manifest.parent.glob("ckpt-*"):  # written meanwhile if this machine stalled the test
         if int(later.name.split(".")[0].split("-")[1]) > 96:
             later.unlink()
-    local = manifest.with_suffix(".rank0.pt")
-    state = torch.load(local, weights_only=True)
+    local, shared = manifest.with_suffix(".rank0.pt"), manifest.with_suffix(".shared.pt")
+    state, common = torch.load(local, weights_only=True), torch.load(shared, weights_only=True)
     del state["monitor"]
     state["algo"]["stats"] = state["algo"]["stats"]["values"]
-    torch.save(state, local)
+    common["format"] = 2  # what a checkpoint without them was
     listing = json.loads(manifest.read_text())
-    listing["files"][local.name] = hashlib.sha256(local.read_bytes()).hexdigest()
+    for path, content in ((local, state), (shared, common)):
+        torch.save(content, path)
+        listing["files"][path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
     manifest.write_text(json.dumps(listing))
     assert "resumed at 96 environment steps" in train(config)
     shown, expected = assert_one_point_per_step(tmp_path / "out"), scalars(reference["sac_her"])
@@ -160,6 +163,8 @@ def test_update_statistics_resume_with_what_the_monitor_has_not_shown():
     resumed = UpdateStats()
     resumed.load_state_dict(stats.state_dict())
     assert resumed.unseen() == {"loss": 3.0} and resumed.pop() == {"loss": 2.0}
-    old = UpdateStats()
-    old.load_state_dict({"loss": [1.0, 3.0]})  # a checkpoint's statistics from before `shown` was kept
+    old = UpdateStats()  # a checkpoint of format 2 from before `shown` was kept, as checkpoint.upgrade reads it
+    shared = {"format": 2, "algo": {}, "counters": {}}
+    _, local = upgrade(shared, {"shards": [], "algo": {"stats": {"loss": [1.0, 3.0]}}}, Path("checkpoints"))
+    old.load_state_dict(local["algo"]["stats"])
     assert old.unseen() == {} and old.pop() == {"loss": 2.0}
