@@ -100,7 +100,8 @@ class ModelConfig:
     check_host_reads: bool = False
     """Fail a run whose device-only functions (what a GPU captures) read a tensor's value on the host: their first
     calls run under `torch.cuda.set_sync_debug_mode("error")` on a GPU, a dispatch check on a CPU (agent/static.py).
-    On in the tests and in the `gpu_smoke` run; it changes no result, so it leaves the fingerprint alone."""
+    On in the tests and in the `gpu_smoke` run (not on a CPU with `compile`: torch.compile cannot trace under the
+    CPU's check); it changes no result, so it leaves the fingerprint alone."""
 
     @property
     def is_local_path(self) -> bool:

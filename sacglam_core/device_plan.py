@@ -47,7 +47,8 @@ class DevicePlan:
     """Where an update's gradient all-reduces run: `none` (one process), `in the update` (eager passes), `between
     graphs` (each update's captured pieces replayed around them: a collective is never recorded in a graph)."""
     host_reads_checked: bool = False
-    """The first calls of each device-only function fail on a host read (`model.check_host_reads`)."""
+    """The first calls of each device-only function fail on a host read (`model.check_host_reads`; on a CPU not
+    with compiled blocks, which torch.compile cannot trace under the check's dispatch mode)."""
 
     @classmethod
     def of_run(cls, config: RunConfig) -> DevicePlan:
@@ -89,7 +90,9 @@ class DevicePlan:
             processes,
             backend if processes > 1 else None,
             collectives,
-            model.check_host_reads,
+            # the CPU's check is a dispatch mode, which torch.compile refuses to trace under ("non-infra torch
+            # dispatch mode present, this is not supported today"): compiled CPU blocks go unchecked
+            model.check_host_reads and (gpu or not compile_),
         )
 
     @classmethod
