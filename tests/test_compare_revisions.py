@@ -4,7 +4,10 @@ processes at once, so their metrics must agree exactly."""
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow  # two trainings of the demo's settings side by side
 def test_this_tree_against_its_own_head_on_the_baselines_settings(tiny_models):
     models = tiny_models["tiny-causal"].parent
     # mini_control: the demo's settings on tiny-causal, which the fixture builds (the demo's pre-trained LM takes

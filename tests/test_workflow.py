@@ -745,6 +745,7 @@ def test_lint_is_clean(cluster_profile):
         assert "localrules" not in out
 
 
+@pytest.mark.slow  # two minutes: README's first command runs the same profile on the demo
 def test_local_profile_runs_the_smoke_experiment_end_to_end(tmp_path):
     results = tmp_path / "results"
     paths = local_config(tmp_path, ["smoke"])
