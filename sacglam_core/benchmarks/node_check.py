@@ -128,9 +128,10 @@ def seconds_per_update(out: Path) -> float:
     return 1 / rate if rate > 0 else math.nan
 
 
-def processes_part(work: Path, model: Path, device: str) -> tuple[dict, list[str]]:
+def processes_part(work: Path, model: Path, device: str, variants: list[str]) -> tuple[dict, list[str]]:
     figures, failed = {}, []
-    for variant, settings in VARIANTS.items():
+    for variant in variants:
+        settings = VARIANTS[variant]
         base = merged(TINY, settings) | {"model": {"name_or_path": str(model), "device": device, "lora": {"r": 4}}}
         together = write_run(
             work / variant / "one.yaml", base | {"ranks": 2, "output_dir": str(work / variant / "one")}
@@ -156,11 +157,11 @@ def processes_part(work: Path, model: Path, device: str) -> tuple[dict, list[str
     return figures, failed
 
 
-def float16_part(work: Path, model: Path, device: str) -> tuple[dict, list[str]]:
+def float16_part(work: Path, model: Path, device: str, variants: list[str]) -> tuple[dict, list[str]]:
     figures, failed = {}, []
     fp16 = {"name_or_path": str(model), "device": device, "dtype": "float16", "lora": {"r": 4}}
-    for variant, settings in VARIANTS.items():
-        base = merged(TINY, settings)
+    for variant in variants:
+        base = merged(TINY, VARIANTS[variant])
         runs = {}
         for mode, how in (("captured and compiled", {}), ("eager", {"capture": False, "compile": False})):
             out = work / variant / mode.replace(" ", "-")
@@ -300,11 +301,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for the logic alone")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of: {', '.join(PARTS)}")
     parser.add_argument("--model", type=Path, help="the first job's model folder (default: Flan-T5-base's shape)")
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help=f"processes and float16: of {', '.join(VARIANTS)}"
+    )
     add_threads_argument(parser)
     args = parser.parse_args(argv)
     parts = args.parts.split(",")
-    if unknown := [p for p in parts if p not in PARTS]:
-        parser.error(f"unknown parts: {unknown}")
+    variants = args.variants.split(",")
+    if unknown := [p for p in parts if p not in PARTS] + [v for v in variants if v not in VARIANTS]:
+        parser.error(f"unknown parts or variants: {unknown}")
     pin_threads(args.threads)
     from sacglam_core.tiny.build import TINY_T5, build_tiny
 
@@ -318,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
                 if part == "first job":
                     figures, failed = first_job_part(Path(tmp) / "first-job", args.model, args.device)
                 else:
-                    figures, failed = PARTS[part](Path(tmp) / part, tiny, args.device)
+                    figures, failed = PARTS[part](Path(tmp) / part, tiny, args.device, variants)
             except Exception as error:  # noqa: BLE001 (a part that breaks is a finding; the next still runs)
                 figures, failed = {}, [f"{part}: {type(error).__name__}: {error}"]
             record = {"part": part, "device": args.device, "seconds": round(time.perf_counter() - started, 1)}
