@@ -12,8 +12,9 @@ What a captured function may do: only device work on its inputs and on tensors t
 state, learning rates held as tensors). Host reads (`.item()`, `.tolist()`), copies from the host, Python decisions
 on tensor values and shape changes would be frozen at capture; batches therefore have static shapes (batch.py),
 and a decision made on the host (warm-up, which statistics to measure) chooses which function runs: each is wrapped
-once, where it is built (`GlamAgent.captured`). With `check_host_reads` a key's first calls fail on a host read
-(`torch.cuda.set_sync_debug_mode("error")` on a GPU, `NoHostReads` on a CPU) instead of freezing it.
+once, where it is built (`GlamAgent.captured`). With `check_host_reads` a key's last eager call fails on a host read
+(`torch.cuda.set_sync_debug_mode("error")` on a GPU, `NoHostReads` on a CPU) instead of freezing it; its first is left
+unchecked, since it may compile blocks for new shapes and compilation reads the host (inductor's pattern set-up).
 
 Collectives are never captured. A function that starts one (the gradient all-reduce of a run with several processes,
 `distributed.outside_graphs`) is captured as pieces: the capture ends where the collective starts, that piece is
@@ -150,14 +151,14 @@ class Graphs:
         next replay overwrites them)."""
         if not self.enabled:
             calls = self._eager_calls[key] = min(self._eager_calls.get(key, 0) + 1, WARMUP + 1)
-            with self._checked() if calls <= WARMUP else contextlib.nullcontext():
+            with self._checked() if calls == WARMUP else contextlib.nullcontext():
                 return fn(inputs.tensors)
         entry = self._entries.setdefault(key, _Entry())
         if entry.calls < WARMUP:
             entry.calls += 1
             current = torch.cuda.current_stream(self.device)
             self._side.wait_stream(current)
-            with torch.cuda.stream(self._side), self._checked():
+            with torch.cuda.stream(self._side), self._checked() if entry.calls == WARMUP else contextlib.nullcontext():
                 outputs = fn(inputs.tensors)
             current.wait_stream(self._side)
             return outputs

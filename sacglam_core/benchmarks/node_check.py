@@ -89,7 +89,9 @@ def train(config: Path, processes: int = 1, env: dict | None = None) -> subproce
         command = [sys.executable, *launcher, "-m", "sacglam_core.train", "--config", str(config)]
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **(env or {})}
-    return subprocess.run(command, capture_output=True, text=True, env=environment, cwd=ROOT)
+    result = subprocess.run(command, capture_output=True, text=True, env=environment, cwd=ROOT)
+    config.with_suffix(".stderr").write_text(result.stderr)  # beside the run: the evidence when a check fails
+    return result
 
 
 def rows(out: Path) -> list[dict]:
@@ -103,10 +105,10 @@ def plan_line(stderr: str) -> str | None:
 
 def differences(a: Path, b: Path) -> dict:
     """The largest relative difference of two runs' metrics (timings aside) and of their weights' checksums."""
-    worst, column = 0.0, None
     first, second = rows(a), rows(b)
     if [r["env_steps"] for r in first] != [r["env_steps"] for r in second]:
-        return {"metrics": math.inf, "column": "env_steps", "weights": math.inf}
+        return {"metrics": math.inf, "column": "env_steps", "weights": math.inf, "largest": {}}
+    by_column: dict[str, float] = {}
     for x_row, y_row in zip(first, second):
         for key in x_row.keys() - set(TIMING):
             try:
@@ -116,10 +118,12 @@ def differences(a: Path, b: Path) -> dict:
             if math.isnan(x) and math.isnan(y):
                 continue
             gap = abs(x - y) / max(abs(x), abs(y), 1e-5) if not (math.isnan(x) or math.isnan(y)) else math.inf
-            worst, column = max((worst, column), (gap, key), key=lambda t: t[0])
+            by_column[key] = max(by_column.get(key, 0.0), gap)
+    ranked = sorted(by_column.items(), key=lambda item: -item[1])
+    worst, column = ranked[0][1] if ranked else 0.0, ranked[0][0] if ranked else None
     sums = [json.loads((out / "done.json").read_text())["weight_checksums"][0] for out in (a, b)]
     weights = abs(sums[0] - sums[1]) / max(abs(sums[0]), abs(sums[1]), 1e-12)
-    return {"metrics": worst, "column": column, "weights": weights}
+    return {"metrics": worst, "column": column, "weights": weights, "largest": dict(ranked[:8])}
 
 
 def seconds_per_update(out: Path) -> float:
@@ -128,11 +132,14 @@ def seconds_per_update(out: Path) -> float:
     return 1 / rate if rate > 0 else math.nan
 
 
-def processes_part(work: Path, model: Path, device: str, variants: list[str]) -> tuple[dict, list[str]]:
+def processes_part(
+    work: Path, model: Path, device: str, variants: list[str], dtype: str = "float32"
+) -> tuple[dict, list[str]]:
     figures, failed = {}, []
     for variant in variants:
         settings = VARIANTS[variant]
-        base = merged(TINY, settings) | {"model": {"name_or_path": str(model), "device": device, "lora": {"r": 4}}}
+        lm = {"name_or_path": str(model), "device": device, "dtype": dtype, "lora": {"r": 4}}
+        base = merged(TINY, settings) | {"model": lm}
         together = write_run(
             work / variant / "one.yaml", base | {"ranks": 2, "output_dir": str(work / variant / "one")}
         )
@@ -302,6 +309,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of: {', '.join(PARTS)}")
     parser.add_argument("--model", type=Path, help="the first job's model folder (default: Flan-T5-base's shape)")
     parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bfloat16", "auto"],
+        help="the processes part's compute dtype (float32: a difference is the layout's, not a rounding's)",
+    )
+    parser.add_argument(
         "--variants", default=",".join(VARIANTS), help=f"processes and float16: of {', '.join(VARIANTS)}"
     )
     add_threads_argument(parser)
@@ -323,7 +336,11 @@ def main(argv: list[str] | None = None) -> int:
                 if part == "first job":
                     figures, failed = first_job_part(Path(tmp) / "first-job", args.model, args.device)
                 else:
-                    figures, failed = PARTS[part](Path(tmp) / part, tiny, args.device, variants)
+                    kept = args.out / "runs" / part  # each run's metrics, done.json and stderr stay for reading
+                    if part == "processes":
+                        figures, failed = processes_part(kept, tiny, args.device, variants, args.dtype)
+                    else:
+                        figures, failed = float16_part(kept, tiny, args.device, variants)
             except Exception as error:  # noqa: BLE001 (a part that breaks is a finding; the next still runs)
                 figures, failed = {}, [f"{part}: {type(error).__name__}: {error}"]
             record = {"part": part, "device": args.device, "seconds": round(time.perf_counter() - started, 1)}
