@@ -1,5 +1,5 @@
 """What a run shows while it trains, on rank 0: a progress line every few steps on stderr (`trainer.log`, the SLURM
-job's output), `progress.json` for `python -m sacglam_core.pipeline.status`, TensorBoard event files and, when
+job's output), `progress.json` for `python -m sacglam_core.jobs.status`, TensorBoard event files and, when
 asked, Weights & Biases (offline on compute nodes without internet).
 
 Nothing here draws a random number or touches the model: a run gives the same metrics with and without it.

@@ -1,5 +1,5 @@
 """What a run records in done.json about where it ran and what it trained, for the first job's checks
-(pipeline/gpu_smoke.py): the image, the weights as they were loaded, and each optimizer's own steps on the adapters."""
+(jobs/gpu_smoke.py): the image, the weights as they were loaded, and each optimizer's own steps on the adapters."""
 
 from __future__ import annotations
 

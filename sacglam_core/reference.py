@@ -15,7 +15,7 @@ import annotated_types
 from pydantic.fields import FieldInfo
 
 from sacglam_core.config import RunConfig
-from sacglam_core.pipeline.tables import NOT_COMPARED, paper_config
+from sacglam_core.reports.tables import NOT_COMPARED, paper_config
 
 COMMAND = "python -m sacglam_core.reference > docs/configuration.md"
 VARIANTS = {"ppo": "PPO-GLAM", "sac": "SAC-GLAM", "sac_her": "SAC-GLAM+HER"}
@@ -51,7 +51,7 @@ paper's setting: `google/flan-t5-base`, `model.device: auto`, `model.dtype: auto
 4-bit weights, 400,000 steps; an experiment's `settings` and `variants` change those.
 
 Columns: **type**, with its constraints; **default**, the value when the key is left out; **paper**, the setting
-of the paper's runs (`sacglam_core.pipeline.tables.paper_config`): Tables 1-3 and Appendix C (Flan-T5-base with
+of the paper's runs (`sacglam_core.reports.tables.paper_config`): Tables 1-3 and Appendix C (Flan-T5-base with
 LoRA and 4-bit weights; SAC-GLAM+HER's `sac.alpha_init` 0.05 and `sac.target_entropy` 0.01) and, where the paper
 is silent, the first author's code or this project's documented choice. It is given per variant where PPO-GLAM,
 SAC-GLAM and SAC-GLAM+HER differ, and is – for keys that are not hyperparameters (where and how a run executes,

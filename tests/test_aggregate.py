@@ -13,7 +13,8 @@ from sacglam_core.config import dump_config
 from sacglam_core.envs import GoalType
 from sacglam_core.evaluation import episodes_for_standard_error, goal_type_prior, metric_name, success_standard_error
 from sacglam_core.metrics import COLUMNS
-from sacglam_core.pipeline.aggregate import (
+from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load_definitions
+from sacglam_core.reports.aggregate import (
     Experiment,
     area_under_curve,
     curves_mean_std,
@@ -26,13 +27,12 @@ from sacglam_core.pipeline.aggregate import (
     stratified_bootstrap,
     summary_table,
 )
-from sacglam_core.pipeline.claims import check, random_success
-from sacglam_core.pipeline.claims import main as claims_main
-from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load_definitions
-from sacglam_core.pipeline.figures import curves_figure, diagnostics_figure, goals_figure
-from sacglam_core.pipeline.outputs import expected_outputs, write_experiment_results
-from sacglam_core.pipeline.outputs import main as outputs_main
-from sacglam_core.pipeline.tables import DIFFERS, hyperparameters, hyperparameters_markdown, summary_markdown
+from sacglam_core.reports.claims import check, random_success
+from sacglam_core.reports.claims import main as claims_main
+from sacglam_core.reports.figures import curves_figure, diagnostics_figure, goals_figure
+from sacglam_core.reports.outputs import expected_outputs, write_experiment_results
+from sacglam_core.reports.outputs import main as outputs_main
+from sacglam_core.reports.tables import DIFFERS, hyperparameters, hyperparameters_markdown, summary_markdown
 
 DEFINITIONS = {
     "defaults": {  # evaluations at steps 0, 100, 200, 300 and 400

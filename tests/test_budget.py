@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from sacglam_core import runfiles
-from sacglam_core.pipeline import budget as budgeting
+from sacglam_core.jobs import budget as budgeting
 from sacglam_core.pipeline.experiments import Run, expand, load_definitions, merge
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -388,7 +388,7 @@ def test_a_bad_gpu_check_file_is_one_line_naming_the_file_and_key(tmp_path, chan
 
 
 def test_a_partition_whose_gpu_types_compute_in_different_dtypes_is_warned_about(tmp_path, definitions):
-    from sacglam_core.pipeline.plan import mixed_dtypes
+    from sacglam_core.jobs.plan import mixed_dtypes
 
     calibration = budgeting.load_calibration(ROOT / "workflow" / "config" / "calibration.yaml", tmp_path)
     (run, *_) = expand(definitions, ["main"], tmp_path)  # Flan-T5 with LoRA, dtype auto

@@ -89,9 +89,9 @@ def test_a_diverging_run_stops_in_one_line_keeps_finite_checkpoints_and_resumes_
 def test_the_workflow_does_not_train_a_diverged_run_again(tmp_path):
     """The driver refuses it without submitting anything; status shows where it diverged; the budget plans no
     hours for it."""
-    from sacglam_core.pipeline import budget as budgeting
-    from sacglam_core.pipeline import driver as driving
-    from sacglam_core.pipeline import status
+    from sacglam_core.jobs import budget as budgeting
+    from sacglam_core.jobs import driver as driving
+    from sacglam_core.jobs import status
     from sacglam_core.pipeline.config import parse_workflow_config
     from sacglam_core.pipeline.experiments import expand, load_definitions
 

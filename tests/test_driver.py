@@ -16,9 +16,9 @@ import pytest
 
 from sacglam_core import EXIT_PREEMPTED, runfiles
 from sacglam_core.device_plan import local_gpu
+from sacglam_core.jobs import driver as driving
+from sacglam_core.jobs import launch, runstate, slurm
 from sacglam_core.lease import RunLease
-from sacglam_core.pipeline import driver as driving
-from sacglam_core.pipeline import launch, runstate, slurm
 from sacglam_core.pipeline.config import parse_workflow_config
 from sacglam_core.pipeline.experiments import expand, load_definitions
 

@@ -15,7 +15,7 @@ import transformers
 import yaml
 
 from sacglam_core.benchmarks.gpu_check import Figures, write_rates
-from sacglam_core.pipeline import budget as budgeting
+from sacglam_core.jobs import budget as budgeting
 from sacglam_core.pipeline.experiments import expand, load_definitions
 
 ROOT = Path(__file__).resolve().parents[1]

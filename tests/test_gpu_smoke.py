@@ -1,4 +1,4 @@
-"""The first job's checks (sacglam_core/pipeline/gpu_smoke.py): on run directories as a cluster job leaves them, each
+"""The first job's checks (sacglam_core/jobs/gpu_smoke.py): on run directories as a cluster job leaves them, each
 check failing alone on what it checks; and on real runs of a tiny model staged as the hub model at its pinned commit,
 each check that a CPU can run passing, and failing on a broken setup (adapters the actor never trains, a model read
 online, a resume that does not match)."""
@@ -14,9 +14,9 @@ import threading
 import pytest
 
 from sacglam_core.config import dump_config, load_config
+from sacglam_core.jobs import gpu_smoke
+from sacglam_core.jobs.launch import record_attempt
 from sacglam_core.models.hub import stage_folder
-from sacglam_core.pipeline import gpu_smoke
-from sacglam_core.pipeline.launch import record_attempt
 from tests.tiny_runs import write_config
 
 HUB_ID = "google/flan-t5-base"
@@ -253,8 +253,8 @@ def test_a_resume_from_another_checkpoint_than_the_drills_fails(tmp_path, hub_ca
 def test_without_a_profile_it_checks_the_run_of_the_campaigns_own_profile(tmp_path, monkeypatch, capsys):
     """After `cp -r profiles/slurm profiles/mine` (its own cluster file, its own results folder), `gpu_smoke` alone
     reads that profile, as `status` does, not profiles/slurm; a run not there yet says which command shows it."""
+    from sacglam_core.jobs.status import settings_of
     from sacglam_core.pipeline.experiments import expand, load_definitions
-    from sacglam_core.pipeline.status import settings_of
 
     results = tmp_path / "scratch" / "results"
     for name in ("slurm", "mine"):

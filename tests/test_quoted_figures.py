@@ -12,8 +12,8 @@ import torch
 from sacglam_core.agent import AgentConfig, GlamAgent
 from sacglam_core.config import parse_config
 from sacglam_core.evaluation import agent_policy, evaluate
-from sacglam_core.pipeline.claims import random_success
 from sacglam_core.pipeline.experiments import DEFINITION_FILES, expand, load_definitions
+from sacglam_core.reports.claims import random_success
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +44,7 @@ def test_the_demos_start_and_random_policy_are_what_readme_quotes(tmp_path):
 
 def priced(experiments: list[str], gpu: str, gpus_per_node: int, tmp_path) -> dict[str, float]:
     """GPU-hours per experiment as the dry run prices new runs (the committed calibration table and rates)."""
-    from sacglam_core.pipeline import budget as budgeting
+    from sacglam_core.jobs import budget as budgeting
 
     definitions = load_definitions(*[ROOT / f for f in DEFINITION_FILES])
     runs = expand(definitions, experiments, tmp_path / "results")

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from sacglam_core import reference
-from sacglam_core.pipeline.tables import paper_config
+from sacglam_core.reports.tables import paper_config
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 

@@ -18,9 +18,9 @@ import pytest
 import yaml
 from conftest import copy_cluster_profile
 
-from sacglam_core.pipeline import runstate
+from sacglam_core.jobs import runstate
+from sacglam_core.jobs.launch import job_name
 from sacglam_core.pipeline.experiments import expand, load_definitions
-from sacglam_core.pipeline.launch import job_name
 
 pytestmark = pytest.mark.slurm
 
@@ -261,8 +261,8 @@ def test_driver_stopped_and_killed_re_attaches_finished_is_final_and_mid_campaig
 
 
 def status(args: list[str], env: dict) -> str:
-    """`python -m sacglam_core.pipeline.status` with the workflow's settings (`args`, as Snakemake's --config)."""
-    command = [sys.executable, "-m", "sacglam_core.pipeline.status", "--profile", env["SNAKEMAKE_PROFILE"],
+    """`python -m sacglam_core.jobs.status` with the workflow's settings (`args`, as Snakemake's --config)."""
+    command = [sys.executable, "-m", "sacglam_core.jobs.status", "--profile", env["SNAKEMAKE_PROFILE"],
                "--config", *args]  # fmt: skip
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

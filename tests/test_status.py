@@ -16,14 +16,14 @@ from test_workflow import local_config, snakemake
 
 from sacglam_core import runfiles
 from sacglam_core.config import dump_config
+from sacglam_core.jobs import runstate
+from sacglam_core.jobs.status import report, status_of
 from sacglam_core.lease import RunLease
-from sacglam_core.pipeline import runstate
 from sacglam_core.pipeline.experiments import expand, load_definitions
-from sacglam_core.pipeline.status import report, status_of
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFINITIONS = ROOT / "workflow" / "config" / "experiments.yaml"
-STATUS = [sys.executable, "-m", "sacglam_core.pipeline.status", "--profile", "profiles/local"]
+STATUS = [sys.executable, "-m", "sacglam_core.jobs.status", "--profile", "profiles/local"]
 
 
 def write(path: Path, value) -> None:
@@ -113,7 +113,7 @@ def test_a_missing_results_folder_is_one_line_naming_where_it_was_set(tmp_path):
     profile = tmp_path / "profile"
     write(profile / "config.yaml", "configfile: workflow.yaml\n")
     write(profile / "workflow.yaml", f"experiments: [smoke]\nlauncher: {{executor: local}}\nresults: {absent}\n")
-    command = [sys.executable, "-m", "sacglam_core.pipeline.status", "--profile", str(profile)]
+    command = [sys.executable, "-m", "sacglam_core.jobs.status", "--profile", str(profile)]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith(f"error: results folder {absent} (set by {profile}/workflow.yaml) does not exist")
@@ -229,7 +229,7 @@ def test_without_a_profile_it_reads_the_last_launchs_settings_or_names_the_profi
     """After `cp -r profiles/slurm profiles/mine` and a launch with it, `status` alone reads what the launch read
     (`<results>/.driver/launch.json`, which the driver writes); with no launch recorded it takes the one profile with a
     cluster file, and names the profiles when there are several; a damaged record is one line naming it."""
-    from sacglam_core.pipeline.driver import LAUNCH_FILE
+    from sacglam_core.jobs.driver import LAUNCH_FILE
 
     results = tmp_path / "results"
     profile = tmp_path / "profiles" / "mine"
@@ -237,7 +237,7 @@ def test_without_a_profile_it_reads_the_last_launchs_settings_or_names_the_profi
     write(profile / "workflow.yaml", f"experiments: [smoke]\nlauncher: {{executor: local}}\nresults: {results}\n")
     record = {"configfiles": [str(ROOT / "workflow/config/config.yaml"), str(profile / "workflow.yaml")], "config": {}}
     write(results / ".driver" / LAUNCH_FILE, json.dumps(record))
-    command = [sys.executable, "-m", "sacglam_core.pipeline.status", "--results", str(results)]
+    command = [sys.executable, "-m", "sacglam_core.jobs.status", "--results", str(results)]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "  smoke: 3 runs: 3 not started; 0.0 GPU-h spent"

@@ -15,10 +15,10 @@ import yaml
 from sacglam_core.config import dump_config, parse_config
 from sacglam_core.lease import holder
 from sacglam_core.metrics import COLUMNS, evaluation_steps
-from sacglam_core.pipeline.aggregate import load_experiment
 from sacglam_core.pipeline.config import WorkflowConfigError, load_workflow_config, parse_workflow_config, slurm_minutes
 from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load_definitions, merge
-from sacglam_core.pipeline.outputs import expected_outputs
+from sacglam_core.reports.aggregate import load_experiment
+from sacglam_core.reports.outputs import expected_outputs
 from sacglam_core.runfiles import MARKER
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -522,11 +522,11 @@ def test_aggregation_and_status_run_without_torch(tmp_path, definitions, cluster
     for run in runs:
         fake_finished_run(run)
     env = no_torch_environment(tmp_path)
-    outputs = [sys.executable, "-m", "sacglam_core.pipeline.outputs", "main", "--results", str(tmp_path)]
+    outputs = [sys.executable, "-m", "sacglam_core.reports.outputs", "main", "--results", str(tmp_path)]
     result = subprocess.run(outputs, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert all(path.exists() for path in expected_outputs("main", definitions["experiments"]["main"], tmp_path))
-    status = [sys.executable, "-m", "sacglam_core.pipeline.status", "--profile", str(cluster_profile), "main",
+    status = [sys.executable, "-m", "sacglam_core.jobs.status", "--profile", str(cluster_profile), "main",
               "--results", str(tmp_path)]  # fmt: skip
     result = subprocess.run(status, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and "main: 12 runs: 12 finished" in result.stdout, result.stderr[-3000:]
@@ -620,7 +620,7 @@ def test_mid_campaign_figures_and_report(tmp_path, definitions):
 # figures have been rewritten.
 DISK_FULL_AT_SUMMARY = """
 import errno, os, sys
-if "sacglam_core.pipeline.outputs" in sys.orig_argv:
+if "sacglam_core.reports.outputs" in sys.orig_argv:
     replace = os.replace
     def failing(src, dst, *args, **kwargs):
         if str(dst).endswith("summary.md"):
@@ -827,8 +827,8 @@ def test_an_error_names_where_its_value_was_set_the_command_line_included(tmp_pa
     the same for a preflight warning about a command-line launcher.gpus_per_node."""
     from conftest import copy_cluster_profile
 
-    from sacglam_core.pipeline.plan import Plan
-    from sacglam_core.pipeline.status import profile_files
+    from sacglam_core.jobs.plan import Plan
+    from sacglam_core.jobs.status import profile_files
 
     profile = copy_cluster_profile(tmp_path)
     files = profile_files(str(profile))

@@ -50,8 +50,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from sacglam_core.benchmarks import add_threads_argument, pin_threads, positive
 from sacglam_core.config import RunConfig, parse_config
 from sacglam_core.device_plan import DevicePlan
+from sacglam_core.jobs import budget, gpu_rates
 from sacglam_core.models.shapes import save_flan_t5_base_shaped
-from sacglam_core.pipeline import budget, gpu_rates
 from sacglam_core.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -305,12 +305,12 @@ def first_job_part(work: Path, model: Path | None, device: str) -> tuple[dict, l
     import dataclasses
 
     from sacglam_core.config import dump_config
+    from sacglam_core.jobs import gpu_smoke
+    from sacglam_core.jobs.launch import record_attempt
     from sacglam_core.models.hub import stage_folder
     from sacglam_core.models.shapes import save_flan_t5_base_shaped
-    from sacglam_core.pipeline import gpu_smoke
     from sacglam_core.pipeline.config import load_workflow_config
     from sacglam_core.pipeline.experiments import expand, load_definitions
-    from sacglam_core.pipeline.launch import record_attempt
 
     settings = load_workflow_config([str(ROOT / "workflow" / "config" / "config.yaml")], {})
     (run,) = expand(load_definitions(*settings.definition_files), ["gpu_smoke"], work / "results", {"models": "."})

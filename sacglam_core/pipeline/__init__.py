@@ -1,2 +1,3 @@
-"""The workflow's Python side: experiments expanded into runs, the GPU-hour budget, launching through
-submitit, and the aggregation of results (used by the Snakefile and workflow/rules)."""
+"""What the workflow's two sides share: its settings (config), the experiments expanded into runs (experiments), strict
+YAML for its files (yamlfile), and the prior's check before a campaign (prior). Jobs (`sacglam_core.jobs`) and
+reports (`sacglam_core.reports`) build on it and never on each other."""

@@ -156,7 +156,7 @@ def check_figures(name: str, spec: dict, variants: list[str]) -> None:
 
 
 # -- claims ------------------------------------------------------------------------------------------------
-# An experiment's `claims:`, checked by `python -m sacglam_core.pipeline.claims <experiment>`:
+# An experiment's `claims:`, checked by `python -m sacglam_core.reports.claims <experiment>`:
 #   learns: [PPO-GLAM, SAC-GLAM]  # final success above the random policy's by `margin` (default 0.15)
 #   better: [{x: SAC-GLAM, y: PPO-GLAM, at_least: 0.6}]  # P(x's AUC > y's) over seed pairs >= at_least; with
 #     goal_type: grow, the AUC of that goal type's success

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from sacglam_core.benchmarks import add_threads_argument, pin_threads
-from sacglam_core.pipeline.aggregate import load_experiment, per_run, stratified_bootstrap
 from sacglam_core.pipeline.experiments import DEFINITION_FILES, expand, load_definitions
+from sacglam_core.reports.aggregate import load_experiment, per_run, stratified_bootstrap
 
 PROBE_STATES = 256  # monitor.planner_probe's default: the probe's standard error is sqrt(p (1 - p) / 256)
 

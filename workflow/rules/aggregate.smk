@@ -29,7 +29,7 @@ for _name in SETTINGS.experiments:
             experiment=_name,
         run:
             shell(
-                "{params.python} -m sacglam_core.pipeline.outputs {params.experiment} --definitions {DEFINITION_FILES} --results {RESULTS} --models {MODELS} "
+                "{params.python} -m sacglam_core.reports.outputs {params.experiment} --definitions {DEFINITION_FILES} --results {RESULTS} --models {MODELS} "
                 "2>&1 | tee {log}"
             )
 
@@ -66,4 +66,4 @@ rule figures:
         python=PYTHON,
         experiments=SETTINGS.experiments,
     run:
-        shell("{params.python} -m sacglam_core.pipeline.outputs {params.experiments} --definitions {DEFINITION_FILES} --results {RESULTS} --models {MODELS} 2>&1 | tee {log}")
+        shell("{params.python} -m sacglam_core.reports.outputs {params.experiments} --definitions {DEFINITION_FILES} --results {RESULTS} --models {MODELS} 2>&1 | tee {log}")

@@ -5,13 +5,13 @@ import shlex
 import sys
 from pathlib import Path
 
-from sacglam_core.pipeline import staging
-from sacglam_core.pipeline.budget import write_calibration
+from sacglam_core.jobs import staging
+from sacglam_core.jobs.budget import write_calibration
 from sacglam_core.pipeline.config import WorkflowConfigError, load_workflow_config, refuse_snakemake_resources
-from sacglam_core.pipeline.driver import Driver
+from sacglam_core.jobs.driver import Driver
 from sacglam_core.pipeline.experiments import ExperimentError, expand, load_definitions
-from sacglam_core.pipeline.outputs import expected_outputs
-from sacglam_core.pipeline.plan import Plan, PlanListener
+from sacglam_core.reports.outputs import expected_outputs
+from sacglam_core.jobs.plan import Plan, PlanListener
 from sacglam_core.runfiles import MARKER
 
 PYTHON = sys.executable  # the workflow's own interpreter (the project's virtualenv)

@@ -1,5 +1,5 @@
 # One training run: submitted (or re-attached to) and waited for by the driver, in a thread of this process
-# (sacglam_core/pipeline/driver.py). Its output is the marker written once done.json exists: done.json itself is
+# (sacglam_core/jobs/driver.py). Its output is the marker written once done.json exists: done.json itself is
 # never a Snakemake output, so no rerun or cleanup of Snakemake's ever deletes a finished run.
 
 

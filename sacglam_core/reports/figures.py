@@ -16,7 +16,7 @@ import seaborn as sns  # noqa: E402
 
 from sacglam_core.atomic import save_figure  # noqa: E402
 from sacglam_core.envs import GoalType, catalog  # noqa: E402
-from sacglam_core.pipeline.aggregate import Experiment, curves_mean_std, goal_bucket_curves  # noqa: E402
+from sacglam_core.reports.aggregate import Experiment, curves_mean_std, goal_bucket_curves  # noqa: E402
 
 TRAINING_TIME = "without evaluations and checkpoints"  # on a second line: one panel's width holds either half
 X_LABELS = {

@@ -16,10 +16,10 @@ import tempfile
 from pathlib import Path
 
 from sacglam_core import runfiles
-from sacglam_core.pipeline import budget as budgeting
-from sacglam_core.pipeline import runstate, slurm
+from sacglam_core.jobs import budget as budgeting
+from sacglam_core.jobs import runstate, slurm
+from sacglam_core.jobs.driver import DriverError, say
 from sacglam_core.pipeline.config import WorkflowConfig, settings_file
-from sacglam_core.pipeline.driver import DriverError, say
 from sacglam_core.pipeline.experiments import Run
 
 TRAIN_RULE = "train"
@@ -176,7 +176,7 @@ class Plan:
         )
 
     def _test_only(self, run: Run) -> list[str]:
-        from sacglam_core.pipeline.launch import submission_script
+        from sacglam_core.jobs.launch import submission_script
 
         launcher = self.settings.launcher
         with tempfile.TemporaryDirectory(prefix="sacglam-preflight-") as tmp:

@@ -10,9 +10,9 @@
       time:  # mean training time (acting and updates) of x over y's
         - {x: SAC-GLAM+HER, y: PPO-GLAM, at_most: 2.0}
 
-    python -m sacglam_core.pipeline.claims mini   # prints each claim and exits 1 if one fails
-    python -m sacglam_core.pipeline.claims mini_ten_seeds --seeds 5 6 7 8 9   # on some of its seeds only
-    python -m sacglam_core.pipeline.claims mini_longer --from-step 6400   # AUCs over the evaluations from 6,400 on
+    python -m sacglam_core.reports.claims mini   # prints each claim and exits 1 if one fails
+    python -m sacglam_core.reports.claims mini_ten_seeds --seeds 5 6 7 8 9   # on some of its seeds only
+    python -m sacglam_core.reports.claims mini_longer --from-step 6400   # AUCs over the evaluations from 6,400 on
 
 A `learns` claim holds when the share of a variant's seeds whose final success beats the run's own start (its
 step-0 evaluation: the untrained agent, the prior where there is one) by `margin` is at least `learns_at_least`;
@@ -42,7 +42,8 @@ import numpy as np
 from sacglam_core.config import RunConfig
 from sacglam_core.envs.goals import GoalType
 from sacglam_core.evaluation import evaluate, random_policy
-from sacglam_core.pipeline.aggregate import (
+from sacglam_core.pipeline.experiments import DEFINITION_FILES, ExperimentError, expand, load_definitions, parse_claims
+from sacglam_core.reports.aggregate import (
     GOAL_TYPE_COLUMNS,
     Experiment,
     area_under_curve,
@@ -51,7 +52,6 @@ from sacglam_core.pipeline.aggregate import (
     probability_of_improvement,
     stratified_bootstrap,
 )
-from sacglam_core.pipeline.experiments import DEFINITION_FILES, ExperimentError, expand, load_definitions, parse_claims
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,7 @@ def late_window(experiment: Experiment, step: int) -> Experiment:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sacglam_core.pipeline.claims", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m sacglam_core.reports.claims", description=__doc__.split("\n")[0])
     parser.add_argument("experiment")
     parser.add_argument("--definitions", nargs="+", default=list(DEFINITION_FILES))
     parser.add_argument("--results", default="results")

@@ -1,7 +1,7 @@
 """Everything an experiment's aggregation writes under `results/<experiment>/`: its figures (PNG and PDF)
 and tables (CSV and Markdown).
 
-    python -m sacglam_core.pipeline.outputs main critic_architecture [--definitions ... --results ... --models ...]
+    python -m sacglam_core.reports.outputs main critic_architecture [--definitions ... --results ... --models ...]
 
 writes them from the runs that finished so far (the workflow's `aggregate_*` and `figures` rules run this);
 a finished run whose files do not agree is left out with one warning line (aggregate.finished_run), and an
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from sacglam_core.pipeline.experiments import DEFINITION_FILES, ExperimentError, expand, load_definitions
 
 if TYPE_CHECKING:
-    from sacglam_core.pipeline.aggregate import Experiment
+    from sacglam_core.reports.aggregate import Experiment
 
 TABLES = ("summary", "iqm", "improvement_per_goal_type", "hyperparameters", "diagnostics")
 DIAGNOSTICS_FIGURE = "diagnostics"
@@ -40,8 +40,8 @@ def expected_outputs(name: str, definition: dict, results: Path) -> list[Path]:
 
 def write_experiment_results(experiment: Experiment, definition: dict, results: Path) -> list[Path]:
     """Figures and tables of the experiment's usable runs (missing and left-out seeds are said, not fatal)."""
-    from sacglam_core.pipeline.figures import curves_figure, diagnostics_figure, goals_figure, write_figure
-    from sacglam_core.pipeline.tables import write_tables
+    from sacglam_core.reports.figures import curves_figure, diagnostics_figure, goals_figure, write_figure
+    from sacglam_core.reports.tables import write_tables
 
     out = Path(results) / experiment.name
     out.mkdir(parents=True, exist_ok=True)
@@ -57,7 +57,7 @@ def write_experiment_results(experiment: Experiment, definition: dict, results: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sacglam_core.pipeline.outputs", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m sacglam_core.reports.outputs", description=__doc__.split("\n")[0])
     parser.add_argument("experiments", nargs="+")
     parser.add_argument("--definitions", nargs="+", default=list(DEFINITION_FILES))
     parser.add_argument("--results", default="results")
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     except ExperimentError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    from sacglam_core.pipeline.aggregate import load_experiment
+    from sacglam_core.reports.aggregate import load_experiment
 
     for name in args.experiments:
         mine = [run for run in runs if run.experiment == name]

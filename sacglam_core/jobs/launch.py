@@ -28,7 +28,7 @@ from pathlib import Path
 import submitit
 
 from sacglam_core import EXIT_DIVERGED, EXIT_PREEMPTED
-from sacglam_core.pipeline import slurm
+from sacglam_core.jobs import slurm
 from sacglam_core.pipeline.config import LauncherConfig
 
 # Variables of the job's environment that reach the trainer inside the image (`--cleanenv` drops the rest).

@@ -2,10 +2,10 @@
 command but `squeue`; no lock but the shared flock it takes for a moment on a run's lease to see whether a trainer
 holds it, as the driver does), so it works while the driver runs or after it has gone.
 
-    python -m sacglam_core.pipeline.status                                     # the campaign launched last
-    python -m sacglam_core.pipeline.status --profile profiles/slurm            # the profile's experiments
-    python -m sacglam_core.pipeline.status --profile profiles/local mini smoke  # these experiments
-    python -m sacglam_core.pipeline.status --config results=/scratch/results    # other settings, as --config
+    python -m sacglam_core.jobs.status                                     # the campaign launched last
+    python -m sacglam_core.jobs.status --profile profiles/slurm            # the profile's experiments
+    python -m sacglam_core.jobs.status --profile profiles/local mini smoke  # these experiments
+    python -m sacglam_core.jobs.status --config results=/scratch/results    # other settings, as --config
 
 Without `--profile` it reads the settings the last launch on the results folder used (`<results>/.driver/
 launch.json`, `results` unless `--results` names another), else the one profile of `profiles/` with a cluster
@@ -33,11 +33,12 @@ from pathlib import Path
 import yaml
 
 from sacglam_core import runfiles
+from sacglam_core.jobs import runstate, slurm
+from sacglam_core.jobs.driver import LAUNCH_FILE
 from sacglam_core.lease import LEASE_FILE, holder
 from sacglam_core.monitor import duration
-from sacglam_core.pipeline import runstate, slurm, yamlfile
+from sacglam_core.pipeline import yamlfile
 from sacglam_core.pipeline.config import DEFAULTS, WorkflowConfig, WorkflowConfigError, load_workflow_config
-from sacglam_core.pipeline.driver import LAUNCH_FILE
 from sacglam_core.pipeline.experiments import ExperimentError, Run, expand, load_definitions
 
 EXCEPTION = re.compile(r"^[\w.]*(Error|Exception|Interrupt)\b")  # a traceback's last line
@@ -256,7 +257,7 @@ def results_origin(args: argparse.Namespace, overrides: dict, settings: Workflow
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m sacglam_core.pipeline.status", description=__doc__,
+        prog="python -m sacglam_core.jobs.status", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     parser.add_argument("experiments", nargs="*", help="experiments to show (default: the profile's)")

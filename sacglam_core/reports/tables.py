@@ -12,14 +12,14 @@ import pandas as pd
 
 from sacglam_core.atomic import write_text
 from sacglam_core.config import RunConfig, parse_config
-from sacglam_core.pipeline.aggregate import (
+from sacglam_core.pipeline.experiments import merge
+from sacglam_core.reports.aggregate import (
     GOAL_TYPE_COLUMNS,
     Experiment,
     diagnostics_table,
     robust_table,
     summary_table,
 )
-from sacglam_core.pipeline.experiments import merge
 
 PPO_TABLE = [  # paper Table 1: (row, config path)
     ("Number of transitions collected between two updates", "ppo.rollout_steps"),

@@ -34,8 +34,8 @@ from pathlib import Path
 
 from sacglam_core import EXIT_PREEMPTED, runfiles
 from sacglam_core.atomic import write_text
+from sacglam_core.jobs import runstate, slurm
 from sacglam_core.lease import LeaseHeldError, RunLease, holder, since
-from sacglam_core.pipeline import runstate, slurm
 from sacglam_core.pipeline.config import WorkflowConfig
 from sacglam_core.pipeline.experiments import Run
 
@@ -249,7 +249,7 @@ class Driver:
 
     def _attach(self, run: Run, note: RunLog) -> str | None:
         """The id of the run's live job, if it has one: recorded, found by name, or the lease holder's."""
-        from sacglam_core.pipeline.launch import job_name
+        from sacglam_core.jobs.launch import job_name
 
         record = runstate.read_job(run.directory)
         if record and record.get("ended") == "CANCELLED" and record.get("ended_in") == self.session:
@@ -277,7 +277,7 @@ class Driver:
         return named[0]
 
     def _submit(self, run: Run, note: RunLog) -> str:
-        from sacglam_core.pipeline.launch import job_name, submit
+        from sacglam_core.jobs.launch import job_name, submit
 
         job_id = submit(run.directory, self.launcher, self._command(run))
         runstate.write_job(run.directory, {"job_id": job_id, "name": job_name(run.directory), "submitted": time.time(),
@@ -286,7 +286,7 @@ class Driver:
         return job_id
 
     def _locally(self, run: Run, note: RunLog) -> None:
-        from sacglam_core.pipeline.launch import run_locally
+        from sacglam_core.jobs.launch import run_locally
 
         self._wait_for_holder(run, note)
         if runfiles.finished(run.directory) is not None:
@@ -329,7 +329,7 @@ class Driver:
             time.sleep(1)
 
     def _command(self, run: Run):
-        from sacglam_core.pipeline.launch import trainer_command
+        from sacglam_core.jobs.launch import trainer_command
 
         settings = self.settings
         # One compile cache for the campaign's jobs (`model.compile`): a shape compiles once, not once per job.

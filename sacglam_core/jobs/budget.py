@@ -27,7 +27,8 @@ from pathlib import Path
 
 from sacglam_core import runfiles
 from sacglam_core.config import ConfigError, RunConfig, load_config
-from sacglam_core.pipeline import gpu_rates, runstate, yamlfile
+from sacglam_core.jobs import gpu_rates, runstate
+from sacglam_core.pipeline import yamlfile
 from sacglam_core.pipeline.experiments import Run
 
 PEAK_RATIO = "peak-ratio rule"  # the label of rates from the paper's V100 rate times a ratio of dense peaks

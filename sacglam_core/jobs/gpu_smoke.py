@@ -1,7 +1,7 @@
 """A first job's verdict: what a campaign depends on, checked from the files of the `gpu_smoke` run, one line each.
 
     .venv/bin/snakemake --profile profiles/slurm --config 'experiments=[gpu_smoke]'
-    .venv/bin/python -m sacglam_core.pipeline.gpu_smoke
+    .venv/bin/python -m sacglam_core.jobs.gpu_smoke
 
 The run (one seed of SAC-GLAM+HER, Flan-T5-base as the paper's experiments load it, a few hundred steps) stops once
 halfway as at a time limit (`checkpoint.drill_at_steps`), is requeued and resumes. Checked, from its done.json,
@@ -29,9 +29,9 @@ import sys
 from pathlib import Path
 
 from sacglam_core.config import ConfigError, RunConfig, load_config
+from sacglam_core.jobs.status import campaign_settings
 from sacglam_core.pipeline.config import WorkflowConfigError
 from sacglam_core.pipeline.experiments import ExperimentError, expand, load_definitions
-from sacglam_core.pipeline.status import campaign_settings
 from sacglam_core.runfiles import IMAGE_FILES, RunStateError, file_sha256, finished
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -173,9 +173,7 @@ def _requeue(done: dict, config: RunConfig, attempts: list[dict]) -> Check:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m sacglam_core.pipeline.gpu_smoke", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m sacglam_core.jobs.gpu_smoke", description=__doc__.split("\n")[0])
     parser.add_argument("--experiment", default="gpu_smoke")
     parser.add_argument(
         "--profile", help="the profile the run was launched with (default: the last launch's, as `status` finds it)"
@@ -189,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         failed = False
         for run in runs:
             if finished(run.directory) is None:
-                print(f"error: {run.directory} has not finished: `python -m sacglam_core.pipeline.status "
+                print(f"error: {run.directory} has not finished: `python -m sacglam_core.jobs.status "
                       f"--results {settings.results} {args.experiment}` says where it is", file=sys.stderr)  # fmt: skip
                 return 2
             print(f"{run.directory}:")
