@@ -28,59 +28,9 @@ from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
-from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count, shape_wrapper
 
 from sacglam_core.benchmarks import add_threads_argument, pin_threads
-
-
-def _fused_4bit_flops(a: torch.Tensor, _b: torch.Tensor, shape_b: list[int], *args, out_val=None, **kwargs) -> int:
-    return 2 * a.numel() * shape_b[0]  # a: [..., K] by the dequantised weights [N, K]
-
-
-# By operator name: torch's formulas (matrix products, fused attention on GPUs, convolutions), the CPU's fused
-# attention, and bitsandbytes' fused 4-bit products, which run without grad and whose dense product the dispatcher
-# never sees (under autograd, a 4-bit product is a dequantisation and an aten product).
-FLOP_FORMULAS: dict[str, Callable[..., int]] = {
-    **{str(op): formula for op, formula in flop_registry.items()},
-    "aten._scaled_dot_product_flash_attention_for_cpu": shape_wrapper(
-        lambda query, key, value, *args, out_shape=None, **kwargs: sdpa_flop_count(query, key, value)
-    ),
-    "aten._scaled_dot_product_flash_attention_for_cpu_backward": shape_wrapper(
-        lambda grad, query, key, value, *args, out_shape=None, **kwargs: sdpa_backward_flop_count(
-            grad, query, key, value
-        )
-    ),
-    "bitsandbytes.gemm_4bit": _fused_4bit_flops,
-    "bitsandbytes.gemv_4bit": _fused_4bit_flops,
-}
-
-
-class _MatmulFlops(TorchDispatchMode):
-    """Adds up the FLOPs of each matrix product by the dtype of its operands."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.flops: Counter[torch.dtype] = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        formula = FLOP_FORMULAS.get(str(func.overloadpacket))
-        if formula is not None:
-            dtype = next(leaf.dtype for leaf in tree_leaves(args) if isinstance(leaf, torch.Tensor))
-            self.flops[dtype] += formula(*args, **kwargs, out_val=out)
-        return out
-
-
-def matmul_flops_by_dtype(fn: Callable[[], object]) -> dict[torch.dtype, int]:
-    """The FLOPs of the matrix products `fn()` runs (its backward too, when it calls one), by the dtype they compute
-    in. They are counted at the dispatcher, below autograd and modules: a bitsandbytes 4-bit product in its compute
-    dtype, the one its weights are dequantised to."""
-    counter = _MatmulFlops()
-    with counter:
-        fn()
-    return dict(counter.flops)
+from sacglam_core.benchmarks.flops import count_flops
 
 
 def float32_matmul_share(
@@ -113,8 +63,8 @@ def float32_matmul_share(
         _, out = agent.policy(batch)
         out.action_logp.sum().backward()
 
-    flops = matmul_flops_by_dtype(step)
-    return flops.get(torch.float32, 0) / sum(flops.values())
+    flops = count_flops(step)
+    return flops.by_dtype.get(torch.float32, 0) / flops.total
 
 
 VALUE_READS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::_unique2"}

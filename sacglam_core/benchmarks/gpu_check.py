@@ -45,9 +45,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from sacglam_core.benchmarks import add_threads_argument, pin_threads, positive
+from sacglam_core.benchmarks.flops import FlopCounter
 from sacglam_core.config import RunConfig, parse_config
 from sacglam_core.device_plan import DevicePlan
 from sacglam_core.jobs import budget, gpu_rates
@@ -187,9 +187,9 @@ class Counted:
             if self.calls[name] != self.CALLS[name]:
                 return original(*args, **kwargs)
             # compiled blocks cannot run under a dispatch mode: this one call runs them eagerly
-            with torch.compiler.set_stance("force_eager"), FlopCounterMode(display=False) as counter:
+            with torch.compiler.set_stance("force_eager"), FlopCounter() as counter:
                 out = original(*args, **kwargs)
-            self.flops[name] = counter.get_total_flops()
+            self.flops[name] = counter.total
             return out
 
         setattr(algo, name, counted)

@@ -5,10 +5,10 @@ the GPU-hours they imply.
 
 A model of google/flan-t5-base's shape with LoRA (the run configuration's default targets and rank) is
 built on torch's meta device: every operator runs with its real shapes and does no arithmetic, so
-torch.utils.flop_counter.FlopCounterMode counts the FLOPs of the project's own code (scoring, critics,
-losses, backward passes, LoRA) at full size in seconds. The batches are real: a uniformly random policy
-plays 32 environments of the full goal set; finished episodes fill the replay buffer as in training
-(with HER's copies for SAC-GLAM+HER) and updates sample it as in training. Token counts come from the
+the project's FLOP counter (benchmarks/flops.py, the one gpu_check and the census use) counts the FLOPs of its
+own code (scoring, critics, losses, backward passes, LoRA) at full size in seconds. The batches are real: a
+uniformly random policy plays 32 environments of the full goal set; finished episodes fill the replay buffer as
+in training (with HER's copies for SAC-GLAM+HER) and updates sample it as in training. Token counts come from the
 project's word-level tokenizer (Flan-T5's SentencePiece one needs the Hub), one token per word: a
 little fewer than Flan-T5's.
 
@@ -47,13 +47,13 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
-from torch.utils.flop_counter import FlopCounterMode
 
 from sacglam_core.agent import CriticConfig, GlamAgent, GlamLM
 from sacglam_core.agent.tokens import PromptTokens
 from sacglam_core.algos.ppo import PPO, Transition
 from sacglam_core.algos.sac import SAC
 from sacglam_core.benchmarks import add_threads_argument, pin_threads
+from sacglam_core.benchmarks.flops import FlopCounter
 from sacglam_core.config import EvalConfig, RunConfig, parse_config
 from sacglam_core.device_plan import DevicePlan
 from sacglam_core.distributed import Ranks
@@ -125,9 +125,9 @@ class Cost:
 
 
 def measure(fn: Callable[[], object]) -> Cost:
-    with FlopCounterMode(display=False) as flops, LiveMemory() as memory:
+    with FlopCounter() as flops, LiveMemory() as memory:
         fn()
-    return Cost(flops.get_total_flops(), memory.peak)
+    return Cost(flops.total, memory.peak)
 
 
 def paper_config(
