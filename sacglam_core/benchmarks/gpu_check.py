@@ -17,8 +17,9 @@ PPO-GLAM; and SAC-GLAM+HER's four ranks held by one process on one GPU (`ranks: 
 For each run it prints: environment steps/s in steady state (SAC from the middle of its updating steps on, PPO over
 the rollout+update cycles after its first) and over the whole run; then, over `--profile-steps` more steps under
 torch.profiler, the GPU's kernel time and kernels per update and per environment step, TFLOP/s during kernel time
-(FLOPs counted on the run's own first, eager, calls), the host's operator calls per update; the seconds spent
-capturing and compiling; peak memory; and checks that the LoRA weights changed and every loss is finite (exit
+(FLOPs counted on the run's own first, eager, calls, by benchmarks/flops.py: 4-bit products included), the
+host's operator calls per update, and a kernel table (benchmarks/kernels.py: kernel time by kind, the 10 most
+expensive kernels); the seconds spent capturing and compiling; peak memory; and checks that the LoRA weights changed and every loss is finite (exit
 status 1 if not). Each run's figures are also written as a JSON line (`--json FILE`) as soon as it ends.
 
 Then it writes the steady rates of the default mode (compiled where measured, else captured, else eager), with the
@@ -48,6 +49,7 @@ import torch
 
 from sacglam_core.benchmarks import add_threads_argument, pin_threads, positive
 from sacglam_core.benchmarks.flops import FlopCounter
+from sacglam_core.benchmarks.kernels import KernelTable, kernel_table
 from sacglam_core.config import RunConfig, parse_config
 from sacglam_core.device_plan import DevicePlan
 from sacglam_core.jobs import budget, gpu_rates
@@ -134,6 +136,7 @@ class Figures:
     new_graphs: int = 0  # kinds of call first met in the steady window: eager calls, a capture, a compilation each
     peak_memory_gib: float | None = None
     statistics: dict[str, float] | None = None  # the run's training statistics (the same in every mode, up to rounding)
+    kernels: KernelTable | None = None  # the profiled window's kernel time by kind, and its most expensive kernels
 
 
 def profiled_steps(requested: int, envs: int) -> int:
@@ -216,6 +219,11 @@ def profile_window(profile, wall: float, updates: int, steps: int, flops: float)
         "busy": kernel_seconds / wall,
         "tflops": flops / kernel_seconds / 1e12 if kernel_seconds else None,
         "operator_calls_per_update": calls / per_update if updates else None,
+        "kernels": kernel_table(
+            [(e.name, e.self_device_time_total) for e in kernels],
+            updates or steps,
+            "update" if updates else "environment step",
+        ),
     }
 
 
@@ -466,6 +474,8 @@ def main() -> int:
                         with args.json.open("a") as f:
                             f.write(json.dumps({"variant": variant, "mode": mode, **asdict(figures)}) + "\n")
                 print(row(variant, mode, figures, failed), flush=True)
+                if figures is not None and figures.kernels is not None:
+                    print("  kernel time by kind:", *figures.kernels.lines(), sep="\n", flush=True)
     kernels = f"the {args.profile_steps} steps after them, in whole steps of the environments" if cuda else "no GPU"
     print(
         f"\nsteady: SAC from the middle of its updating steps, PPO over the rollout+update cycles after its first, "
