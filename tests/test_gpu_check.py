@@ -14,7 +14,7 @@ import torch
 import transformers
 import yaml
 
-from sacglam_core.benchmarks.gpu_check import Figures, write_rates
+from sacglam_core.benchmarks.gpu_check import Figures, run_config, write_rates
 from sacglam_core.jobs import budget as budgeting
 from sacglam_core.pipeline.experiments import expand, load_definitions
 
@@ -175,3 +175,19 @@ def test_the_profiled_steps_are_whole_steps_of_the_environments():
 
     requested = [(8, 8), (16, 8), (8, 32), (33, 32)]  # (steps, environments)
     assert [profiled_steps(steps, envs) for steps, envs in requested] == [8, 16, 32, 64]
+
+
+def test_dense_weights_are_measured_and_recorded_beside_the_4bit_ones(tmp_path):
+    """`--dense-weights`: the runs load the base weights in the compute dtype, and the rates file records them as
+    such, beside (not over) the paper's 4-bit measurement of the same setting."""
+    assert run_config("SAC-GLAM+HER", tmp_path, "cpu", "eager", 8, tmp_path / "a", small=False).model.load_in_4bit
+    dense = run_config("SAC-GLAM+HER", tmp_path, "cpu", "eager", 8, tmp_path / "b", small=False, four_bit=False)
+    assert not dense.model.load_in_4bit
+    path = tmp_path / "gpu_rates" / "H200.yaml"
+    runs = {("SAC-GLAM+HER", "compiled"): Figures(steady=40.0, whole_run=16.0, updates_per_s=5.0)}
+    write_rates(path, "H200", "NVIDIA H200", "bfloat16", runs, "gpu_check")
+    write_rates(path, "H200", "NVIDIA H200", "bfloat16", runs, "gpu_check --dense-weights", four_bit=False)
+    recorded = yaml.safe_load(path.read_text())["measurements"]
+    assert sorted(m["load_in_4bit"] for m in recorded) == [False, True]
+    (dense_notes,) = [m["notes"] for m in recorded if not m["load_in_4bit"]]
+    assert "LoRA, bfloat16 weights" in " ".join(dense_notes.split())

@@ -19,8 +19,10 @@ the rollout+update cycles after its first) and over the whole run; then, over `-
 torch.profiler, the GPU's kernel time and kernels per update and per environment step, TFLOP/s during kernel time
 (FLOPs counted on the run's own first, eager, calls, by benchmarks/flops.py: 4-bit products included), the
 host's operator calls per update, and a kernel table (benchmarks/kernels.py: kernel time by kind, the 10 most
-expensive kernels); the seconds spent capturing and compiling; peak memory; and checks that the LoRA weights changed and every loss is finite (exit
-status 1 if not). Each run's figures are also written as a JSON line (`--json FILE`) as soon as it ends.
+expensive kernels); the seconds spent capturing and compiling; peak memory; and checks that the LoRA weights changed
+and every loss is finite (exit status 1 if not). Each run's figures are also written as a JSON line (`--json FILE`)
+as soon as it ends. `--dense-weights` measures the base weights in the compute dtype instead of 4-bit (the paper's
+setting, the default), and records its rates as such.
 
 Then it writes the steady rates of the default mode (compiled where measured, else captured, else eager), with the
 GPU, dtype, weights, critic, versions, commit, date and command, to workflow/config/gpu_rates/<GPU type>.yaml
@@ -88,10 +90,24 @@ LOSSES = ("critic_loss", "actor_loss", "policy_loss", "value_loss")
 
 
 def run_config(
-    variant: str, model: Path, device: str, mode: str, steps: int, out: Path, small: bool, dtype: str = "auto"
+    variant: str,
+    model: Path,
+    device: str,
+    mode: str,
+    steps: int,
+    out: Path,
+    small: bool,
+    dtype: str = "auto",
+    four_bit: bool = True,
 ) -> RunConfig:
     settings = VARIANTS[variant]
-    model_settings = {"name_or_path": str(model), "device": device, "dtype": dtype, "lora": {}, "load_in_4bit": True}
+    model_settings = {
+        "name_or_path": str(model),
+        "device": device,
+        "dtype": dtype,
+        "lora": {},
+        "load_in_4bit": four_bit,
+    }
     return parse_config(
         {
             **settings,
@@ -329,7 +345,13 @@ def commit() -> str | None:
 
 
 def write_rates(
-    path: Path, gpu: str, device_name: str, dtype: str, runs: dict[tuple[str, str], Figures], command: str
+    path: Path,
+    gpu: str,
+    device_name: str,
+    dtype: str,
+    runs: dict[tuple[str, str], Figures],
+    command: str,
+    four_bit: bool = True,
 ) -> gpu_rates.GpuRates:
     """Write the steady and whole-run rates of the per-rank runs in the default mode (compiled where measured) to the
     rates file `path` of GPU type `gpu`, over the measurements of the same settings there."""
@@ -363,7 +385,7 @@ def write_rates(
     measurements = [
         gpu_rates.Measurement(
             dtype=dtype,
-            load_in_4bit=True,
+            load_in_4bit=four_bit,
             critic=critic,
             env_steps_per_s=speeds,
             ranks_per_gpu=ranks,
@@ -377,7 +399,8 @@ def write_rates(
                 f"{'One rank' if ranks == 1 else f'{ranks} ranks in one process'} of the paper's run at gpu_check's "
                 "per-rank settings: 8 environments a rank; SAC-GLAM+HER, 2 updates of 64 a rank every 8 steps a rank, "
                 "warm-up off; PPO-GLAM, 512-step rollouts of 16 epochs of 64; Flan-T5-base's shape with random "
-                "weights, LoRA, 4-bit weights. Steady: SAC from the middle of its updating steps, PPO over the "
+                f"weights, LoRA, {'4-bit' if four_bit else dtype} weights. Steady: SAC from the middle of its updating "
+                "steps, PPO over the "
                 f"rollout+update cycles after its first. {'; '.join(notes[critic, ranks])}."
             ),
         )
@@ -423,6 +446,11 @@ def main() -> int:
         choices=["auto", "bfloat16", "float16", "float32"],
         help="model.dtype (auto: what a run on this GPU computes in); float16 measures a V100's dtype on another GPU",
     )
+    parser.add_argument(
+        "--dense-weights",
+        action="store_true",
+        help="base weights in the compute dtype, not 4-bit (the paper's 4-bit stays the default): their rates beside",
+    )
     add_threads_argument(parser)
     args = parser.parse_args()
     variants, modes = args.variants.split(","), args.modes.split(",")
@@ -454,7 +482,8 @@ def main() -> int:
             run_config(variants[0], model, args.device, "eager", 8, Path(tmp), args.small, args.dtype).model
         ).dtype
         print(f"gpu_check: {name}, torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s), model {model}")
-        print(f"dtype {dtype}, 4-bit weights, LoRA; modes {', '.join(modes)}\n\n{HEADER}")
+        weights = "dense weights" if args.dense_weights else "4-bit weights"
+        print(f"dtype {dtype}, {weights}, LoRA; modes {', '.join(modes)}\n\n{HEADER}")
         for variant in variants:
             envs = VARIANTS[variant].get("num_envs", 8)
             profiled = profiled_steps(args.profile_steps, envs) if cuda else 0
@@ -462,7 +491,9 @@ def main() -> int:
             total = args.steps + profiled + envs
             for mode in modes:
                 out = Path(tmp) / f"{variant}-{mode}"
-                config = run_config(variant, model, args.device, mode, total, out, args.small, args.dtype)
+                config = run_config(
+                    variant, model, args.device, mode, total, out, args.small, args.dtype, not args.dense_weights
+                )
                 figures, failed = train(config, args.steps - args.steps % envs, profiled)
                 gc.collect()
                 if cuda:
@@ -489,7 +520,7 @@ def main() -> int:
         print(f"rates not written: {unwritten}; --rates FILE writes them")
     else:
         command = " ".join(["python -m sacglam_core.benchmarks.gpu_check", *sys.argv[1:]])
-        write_rates(rates_path, gpu, name, dtype, runs, command)
+        write_rates(rates_path, gpu, name, dtype, runs, command, four_bit=not args.dense_weights)
         budgets = "" if args.rates else f": the budget prices runs on {gpu} from it; commit it"
         print(f"rates written to {rates_path}{budgets}")
     print("\nFAILED: " + "; ".join(failures) if failures else "\nall checks passed")
