@@ -13,8 +13,9 @@
     node_check          what a cluster job does first, on one GPU: 2 processes over gloo against 2 ranks in one
                         process, float16 captured against eager with a forced overflow, gpu_smoke's first job
 
-Library: `faults` (fault injection on the device: a forced float16 overflow, a check against host reads), which
-node_check and the tests use.
+Libraries: `faults` (fault injection on the device: a forced float16 overflow, a check against host reads), which
+node_check and the tests use; `flops` (FLOPs counted as the device runs them, 4-bit products included), which
+gpu_check, step_cost and census share; `kernels` (a profiled window's kernel time by kind), which gpu_check prints.
 
 One-off studies behind earlier choices live in `sacglam_core.studies` (compare_revisions, final_policies) or
 only in git history (padding, warmup_collapse, sac_update_speed): docs/studies/benchmark-studies.md.
