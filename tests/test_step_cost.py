@@ -40,3 +40,13 @@ def test_step_cost_prints_every_part_for_each_algorithm():
     one_pass, with_target_lm = (rows[f"SAC-GLAM+HER / decoded_action, shared{x}"] for x in (", no target LM", ""))
     assert float(one_pass[1]) < float(with_target_lm[1])  # its target is read from the policy's pass
     assert "the paper: 80 GPU-hours per 400K-step seed" in result.stdout
+
+
+def test_the_padded_share_counts_what_static_shapes_add():
+    """`--padding`: with each batch's own shapes the same batch runs fewer FLOPs (no empty candidate slot filled)."""
+    from sacglam_core.benchmarks.step_cost import counting_agent, paper_config
+
+    config = paper_config("sac", her=True)
+    static, own = counting_agent(config), counting_agent(config, static=False)
+    assert static.lm.shapes.static and not own.lm.shapes.static
+    assert own.collate([[3, 4, 5]], [[[6], [7]]]).arrays["action_ids"].shape[1] == 2

@@ -1,7 +1,7 @@
 """Cost per environment step at the paper's scale: FLOPs counted on real batches, memory per rank, and
 the GPU-hours they imply.
 
-    python -m sacglam_core.benchmarks.step_cost [--fraction-of-peak 0.25] [--batches 4] [--quick]
+    python -m sacglam_core.benchmarks.step_cost [--fraction-of-peak 0.25] [--batches 4] [--quick] [--padding]
 
 A model of google/flan-t5-base's shape with LoRA (the run configuration's default targets and rank) is
 built on torch's meta device: every operator runs with its real shapes and does no arithmetic, so
@@ -147,8 +147,9 @@ def paper_config(
     return parse_config(settings)
 
 
-def counting_agent(config: RunConfig, hf_config=None) -> GlamAgent:
-    """The agent of `config` on the meta device: Flan-T5-base's shape, or the transformers config given."""
+def counting_agent(config: RunConfig, hf_config=None, static: bool = True) -> GlamAgent:
+    """The agent of `config` on the meta device: Flan-T5-base's shape, or the transformers config given; with the
+    static shapes a GPU run replays (padding included), or each batch's own (`static=False`)."""
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     sac = config.algorithm == "sac"
@@ -164,7 +165,7 @@ def counting_agent(config: RunConfig, hf_config=None) -> GlamAgent:
         if config.model.lora is not None:  # 4-bit weights compute in bf16: the same FLOPs
             model = add_lora(model, dataclasses.replace(config.model, load_in_4bit=False), architecture)
         lm = GlamLM(model, build_tokenizer(add_eos=seq2seq), architecture)
-        plan = DevicePlan.eager("meta", static_shapes=True)  # the shapes a GPU run replays, padding included
+        plan = DevicePlan.eager("meta", static_shapes=static)
         return GlamAgent(
             lm, config.sac.critic if sac else None, not sac, ACTION_VOCABULARY, config.env.max_candidates, plan
         )
@@ -364,6 +365,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300, help="vector steps of random play that fill the buffer")
     parser.add_argument("--quick", action="store_true", help="only the paper's critic and the one-pass one")
     parser.add_argument(
+        "--padding", action="store_true", help="each row counted again with each batch's own shapes: the padded share"
+    )
+    parser.add_argument(
         "--eval-per-type", type=int, default=EVAL_PER_TYPE, help="evaluation episodes per goal type (and 64 test)"
     )
     add_threads_argument(parser)
@@ -398,6 +402,13 @@ def main() -> None:
         for label, config in settings:
             cost = step_cost(counting_agent(config), config, play, RANKS, args.batches)
             print(report_row(label, cost, args.fraction_of_peak), flush=True)
+            if args.padding:
+                own = step_cost(counting_agent(config, static=False), config, play, RANKS, args.batches).total
+                print(
+                    f"{'':<4}padding: {1 - own / cost.total:.1%} of its FLOPs ({cost.total / 1e9:,.0f} GFLOP per step "
+                    f"with static shapes, {own / 1e9:,.0f} with each batch's own)",
+                    flush=True,
+                )
             if label == "SAC-GLAM+HER / " + ", ".join(PAPER_CRITIC):
                 achieved = RUN_STEPS * cost.total / (PAPER_GPU_HOURS * 3600)
     print(
