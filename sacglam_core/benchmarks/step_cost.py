@@ -365,7 +365,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300, help="vector steps of random play that fill the buffer")
     parser.add_argument("--quick", action="store_true", help="only the paper's critic and the one-pass one")
     parser.add_argument(
-        "--padding", action="store_true", help="each row counted again with each batch's own shapes: the padded share"
+        "--padding",
+        action="store_true",
+        help="each row counted again with each batch's own shapes: what static shapes add",
     )
     parser.add_argument(
         "--eval-per-type", type=int, default=EVAL_PER_TYPE, help="evaluation episodes per goal type (and 64 test)"
@@ -405,8 +407,8 @@ def main() -> None:
             if args.padding:
                 own = step_cost(counting_agent(config, static=False), config, play, RANKS, args.batches).total
                 print(
-                    f"{'':<4}padding: {1 - own / cost.total:.1%} of its FLOPs ({cost.total / 1e9:,.0f} GFLOP per step "
-                    f"with static shapes, {own / 1e9:,.0f} with each batch's own)",
+                    f"{'':<4}static shapes add {1 - own / cost.total:.1%} of its FLOPs: {cost.total / 1e9:,.0f} GFLOP "
+                    f"per step against {own / 1e9:,.0f} with each batch's own shapes (which pad to the batch's longest)",
                     flush=True,
                 )
             if label == "SAC-GLAM+HER / " + ", ".join(PAPER_CRITIC):
