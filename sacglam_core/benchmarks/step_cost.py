@@ -408,7 +408,7 @@ def main() -> None:
                 own = step_cost(counting_agent(config, static=False), config, play, RANKS, args.batches).total
                 print(
                     f"{'':<4}static shapes add {1 - own / cost.total:.1%} of its FLOPs: {cost.total / 1e9:,.0f} GFLOP "
-                    f"per step against {own / 1e9:,.0f} with each batch's own shapes (which pad to the batch's longest)",
+                    f"per step against {own / 1e9:,.0f} with each batch's own shapes (padded to their longest)",
                     flush=True,
                 )
             if label == "SAC-GLAM+HER / " + ", ".join(PAPER_CRITIC):
