@@ -115,3 +115,19 @@ def test_with_check_host_reads_a_wrapped_functions_last_eager_call_fails_on_a_ho
     assert clean({}, {"x": np.ones(2, dtype=np.float32)})["x"].tolist() == [2.0, 2.0]
     unchecked = GlamAgent.from_config(AgentConfig.of_run(run_config(tiny_models["tiny-t5"], "sac")), ACTION_VOCABULARY)
     assert unchecked.captured("reads", lambda _, t: {"x": t["x"] * float(t["x"].sum())})({}, {"x": np.ones(2)})
+
+
+def test_an_uncaptured_unchecked_run_keeps_no_count_per_shape():
+    """On a CPU without the host-read check every batch shape is a key: nothing is kept per key, so a long run's
+    bookkeeping does not grow with the shapes it meets."""
+    from types import SimpleNamespace
+
+    from sacglam_core.agent.static import Graphs
+
+    graphs = Graphs("cpu", enabled=False)
+    for width in range(1, 200):
+        out = graphs.run(
+            ("score", width), lambda t: {"x": t["x"] * 2}, SimpleNamespace(tensors={"x": torch.ones(width)})
+        )
+        assert out["x"].shape == (width,)
+    assert graphs._eager_calls == {}

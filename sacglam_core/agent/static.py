@@ -129,7 +129,7 @@ class Graphs:
         if enabled and self.device.type != "cuda":
             raise ValueError(f"captured graphs need a CUDA device, not {self.device}")
         self.enabled, self.check_host_reads = enabled, check_host_reads
-        self._eager_calls: dict[Hashable, int] = {}  # where nothing is captured: each key's calls, up to WARMUP
+        self._eager_calls: dict[Hashable, int] = {}  # uncaptured, with check_host_reads: each key's calls
         self.seconds = 0.0  # spent capturing
         self._entries: dict[Hashable, _Entry] = {}
         if self.enabled:
@@ -150,6 +150,8 @@ class Graphs:
         """`fn(inputs.tensors)`: eagerly, or replayed from the graph of `key` (its outputs copied out, since the
         next replay overwrites them)."""
         if not self.enabled:
+            if not self.check_host_reads:  # nothing to count: a CPU run's keys (one per shape) are not kept
+                return fn(inputs.tensors)
             calls = self._eager_calls[key] = min(self._eager_calls.get(key, 0) + 1, WARMUP + 1)
             with self._checked() if calls == WARMUP else contextlib.nullcontext():
                 return fn(inputs.tensors)
