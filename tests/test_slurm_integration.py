@@ -291,7 +291,7 @@ def test_a_copied_profiles_site_options_reach_the_job(cluster, tmp_path):
     assert "setup line ran" in logs
     assert re.search(r"/seed0: 1,024/1,024 steps \(100%\), [\d.]+ steps/s, training success", logs)  # progress
     # the GRES types the dry run's mixed-partition check reads with sinfo
-    probe = "from sacglam_core.pipeline import slurm; print(sorted(slurm.gpu_types('debug')))"
+    probe = "from sacglam_core.jobs import slurm; print(sorted(slurm.gpu_types('debug')))"
     types = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, cwd=ROOT)
     assert types.stdout == "['fake']\n", types.stderr
 
