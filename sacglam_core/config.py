@@ -97,6 +97,10 @@ class ModelConfig:
     """Batches in a few fixed shapes (agent/batch.py), padded and masked: what captured graphs and compiled blocks
     replay. `auto`: on a GPU; a CPU runs each batch at its own shapes (7% faster). The same mathematics either way,
     so it leaves the fingerprint alone."""
+    tf32: bool = True
+    """On a GPU, float32 matrix products (the adapters, heads and float32 runs) run on TF32 tensor cores: several times
+    faster, with a 10-bit mantissa on the inputs. `false`: full float32, for comparisons that rounding must not blur
+    (node_check's layouts). It changes rounding alone, as compiled kernels do, so it leaves the fingerprint alone."""
     check_host_reads: bool = False
     """Fail a run whose device-only functions (what a GPU captures) read a tensor's value on the host: their first
     calls run under `torch.cuda.set_sync_debug_mode("error")` on a GPU, a dispatch check on a CPU (agent/static.py).
@@ -469,7 +473,7 @@ class RunConfig:
         """A hash of everything that changes results (not where they are written). A setting added after runs
         existed counts only when it differs from its default, so that adding it never re-runs a finished run."""
         settings_ = {k: v for k, v in asdict(self).items() if k not in ("output_dir", "threads", "monitor", "backend")}
-        for how in ("capture", "static_shapes", "check_host_reads"):  # how kernels run, not what they compute
+        for how in ("capture", "static_shapes", "check_host_reads", "tf32"):  # how kernels run, not what they compute
             del settings_["model"][how]
         # Compiled kernels agree with eager ones within float tolerance; `auto` decides per device, so only `true`
         # counts: it did when compiling was opt-in, and its finished runs keep their fingerprints.

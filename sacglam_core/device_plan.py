@@ -49,6 +49,8 @@ class DevicePlan:
     host_reads_checked: bool = False
     """The first calls of each device-only function fail on a host read (`model.check_host_reads`; on a CPU not
     with compiled blocks, which torch.compile cannot trace under the check's dispatch mode)."""
+    tf32: bool = False
+    """float32 matrix products on TF32 tensor cores (`model.tf32`, on a GPU)."""
 
     @classmethod
     def of_run(cls, config: RunConfig) -> DevicePlan:
@@ -93,6 +95,7 @@ class DevicePlan:
             # the CPU's check is a dispatch mode, which torch.compile refuses to trace under ("non-infra torch
             # dispatch mode present, this is not supported today"): compiled CPU blocks go unchecked
             model.check_host_reads and (gpu or not compile_),
+            gpu and model.tf32,
         )
 
     @classmethod
@@ -115,6 +118,8 @@ class DevicePlan:
             "captured" if self.capture else "eager",
             "compiled" if self.compile else "not compiled",
         ]
+        if self.gpu:
+            parts.append("TF32 products" if self.tf32 else "float32 products without TF32")
         processes = (
             "one process"
             if self.processes == 1
@@ -128,7 +133,7 @@ class DevicePlan:
 
     def for_model(self, model: ModelConfig) -> ModelConfig:
         """`model` on this plan's device and dtype, as the loader reads it."""
-        return dataclasses.replace(model, device=self.device, dtype=self.dtype)
+        return dataclasses.replace(model, device=self.device, dtype=self.dtype, tf32=self.tf32)
 
 
 def _triton_supports(device: str) -> bool:

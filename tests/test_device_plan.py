@@ -69,7 +69,7 @@ def test_on_a_gpu_passes_are_static_captured_and_compiled_where_torch_can_compil
     assert (plan.backend, plan.collectives) == ("nccl", "between graphs")
     assert plan.line == (
         "device plan: cuda:0 (Tesla V100-SXM2-32GB, sm_70), float16 with loss scaling, static shapes, captured, "
-        "compiled; 4 processes over nccl, collectives between graphs"
+        "compiled, TF32 products; 4 processes over nccl, collectives between graphs"
     )
     gpu((7, 0), triton=False)  # torch's rule (torch.utils._triton.has_triton) says no: auto does not compile
     assert not DevicePlan.of_model(ModelConfig("x", device="cuda", lora=LoraSettings())).compile
@@ -78,6 +78,18 @@ def test_on_a_gpu_passes_are_static_captured_and_compiled_where_torch_can_compil
     # each batch at its own shapes: a graph (and a compilation) per shape would never stop; so neither
     per_batch = DevicePlan.of_model(ModelConfig("x", device="cuda", static_shapes=False))
     assert (per_batch.static_shapes, per_batch.capture, per_batch.compile) == (False, False, False)
+
+
+def test_tf32_is_the_plans_on_a_gpu_and_reaches_the_loader(gpu):
+    """float32 products run on TF32 on a GPU unless `model.tf32` is off (exact float32, for comparisons); a CPU has
+    no TF32. The loader reads the plan's choice from the model settings the plan hands it."""
+    assert not DevicePlan.of_model(ModelConfig("x")).tf32
+    gpu((9, 0), name="NVIDIA H200")
+    on = DevicePlan.of_model(ModelConfig("x", device="cuda", dtype="float32"))
+    off = DevicePlan.of_model(ModelConfig("x", device="cuda", dtype="float32", tf32=False))
+    assert (on.tf32, off.tf32) == (True, False)
+    assert off.summary.endswith("compiled, float32 products without TF32; one process")
+    assert (on.for_model(ModelConfig("x")).tf32, off.for_model(ModelConfig("x")).tf32) == (True, False)
 
 
 def test_the_compile_rule_is_torchs_own(monkeypatch):
@@ -109,5 +121,6 @@ def test_the_plan_leaves_the_fingerprint_alone():
         {"backend": "gloo"},
         {"model": {"name_or_path": "x", "static_shapes": True}},
         {"model": {"name_or_path": "x", "capture": False}},
+        {"model": {"name_or_path": "x", "tf32": False}},
     ):
         assert parse_config({**base, **changed}).fingerprint == plain.fingerprint

@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+import yaml
 
 from sacglam_core.benchmarks import node_check
 
@@ -19,6 +20,9 @@ def test_the_node_check_runs_its_parts_on_a_cpu_and_writes_their_figures(tmp_pat
     for variant in ("SAC-GLAM+HER", "PPO-GLAM"):
         layouts = parts["processes"]["figures"][variant]
         assert layouts["2 processes"]["plan"].endswith("2 processes over gloo, collectives in the update")
+        for layout in ("one", "two"):  # float32 products without TF32 on a GPU: a difference is the layout's
+            run = yaml.safe_load((tmp_path / "runs" / "processes" / variant / f"{layout}.yaml").read_text())
+            assert run["model"]["tf32"] is False
         overflow = parts["float16"]["figures"][variant]["forced overflow"]
         assert overflow["passed"] and overflow["scale_after"] == overflow["scale"] / 2
     failing = [line.split(": ", 1)[0] for line in parts["first job"]["failed"]]

@@ -42,3 +42,15 @@ def test_float32_loading_is_what_peft_prepared_before(tiny_models):
     weights = {name: (p.dtype, p.data_ptr()) for name, p in model.named_parameters()}
     prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     assert {name: (p.dtype, p.data_ptr()) for name, p in model.named_parameters()} == weights
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_loading_on_a_gpu_sets_tf32_as_the_model_settings_say(tiny_models):
+    """`model.tf32: false` (node_check's float32 comparisons) leaves float32 products exact on a GPU."""
+    kept = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        for tf32 in (False, True):
+            load_model(ModelConfig(str(tiny_models["tiny-t5"]), dtype="float32", device="cuda", tf32=tf32))
+            assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (tf32, tf32)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = kept

@@ -27,7 +27,6 @@ __all__ = [
     "ModelConfig",
     "ModelNotFoundError",
     "add_lora",
-    "allow_tf32",
     "load_model",
     "load_tokenizer",
     "lora_target_modules",
@@ -148,15 +147,10 @@ def load_model(config: ModelConfig) -> tuple[PreTrainedModel, Architecture]:
     if config.lora is not None:
         model = add_lora(model, config, architecture)
     if next(model.parameters()).device.type == "cuda":
-        allow_tf32()
+        # float32 products (the adapters, heads and float32 runs) on TF32 tensor cores, unless `model.tf32` is off
+        torch.backends.cuda.matmul.allow_tf32 = config.tf32
+        torch.backends.cudnn.allow_tf32 = config.tf32
     return model, architecture
-
-
-def allow_tf32() -> None:
-    """Let float32 matrix products and convolutions on CUDA run on TF32 tensor cores (the adapters, heads and
-    float32 runs): several times faster on an A100 or H100, with a 10-bit mantissa on the inputs."""
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
 
 
 def _fix_cpu_4bit_backward(model: torch.nn.Module) -> None:
