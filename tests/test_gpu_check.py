@@ -36,6 +36,9 @@ def test_gpu_check_trains_both_algorithms_on_a_cpu_and_writes_their_rates(tiny_m
     rows = re.findall(r"^\| (SAC-GLAM\+HER|PPO-GLAM) \| eager \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|.*\| LoRA trained, "
                       r"losses finite \|$", out, re.M)  # fmt: skip
     assert [r[0] for r in rows] == ["SAC-GLAM+HER", "PPO-GLAM"]
+    # each run's rates are printed as soon as its measured steps end, before profiling: a run cut short keeps them
+    early = re.findall(r"^(SAC-GLAM\+HER|PPO-GLAM)-eager: 240 steps measured: steady ([\d.]+) env steps/s", out, re.M)
+    assert early == [(r[0], r[1]) for r in rows]
     assert all(float(steady) > 0 and float(whole) > 0 and float(updates) > 0 for _, steady, whole, updates in rows)
     assert f"rates written to {rates}\n" in out and out.rstrip().endswith("all checks passed")
     (measurement,) = yaml.safe_load(rates.read_text())["measurements"]

@@ -275,6 +275,11 @@ def train(config: RunConfig, measured: int, profiled: int) -> tuple[Figures | No
             marks.append(Mark(trainer.counters.env_steps, trainer.algo.updates, time.perf_counter(), graphs.kinds))
         step(started)
         marks.append(Mark(trainer.counters.env_steps, trainer.algo.updates, time.perf_counter(), graphs.kinds))
+        if trainer.counters.env_steps == measured:  # the rates at once: a run cut short while profiling keeps them
+            steady, whole_run, _, _ = rates(marks, config.algorithm)
+            name, steady = Path(config.output_dir).name, cell(steady, ".1f")
+            figures = f"steady {steady} env steps/s, whole run {whole_run:.1f}"
+            print(f"{name}: {measured:,} steps measured: {figures}", flush=True)
 
     trainer._step = timed
     with profiling:
