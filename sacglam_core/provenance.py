@@ -16,18 +16,28 @@ def _dtype(dtype: torch.dtype) -> str:
 
 
 def weights_record(model: torch.nn.Module) -> dict:
-    """How the LLM's weights were loaded: its 4-bit layers (bitsandbytes' Linear4bit), their quantisation and the
-    dtype they compute in, and the input embedding's dtype (the compute dtype of the weights that are not 4-bit)."""
-    try:
-        import bitsandbytes as bnb
+    """How the LLM's weights were loaded: its 4-bit layers (bitsandbytes' Linear4bit, or dense ones holding their
+    dequantized weights: `model.dequantize_4bit`), their quantisation and the dtype they compute in, and the input
+    embedding's dtype (the compute dtype of the weights that are not 4-bit)."""
+    dequantized = getattr(model, "dequantized_4bit", {})
+    if dequantized:
+        layers = [model.get_submodule(name) for name in dequantized]
+        quant_types = set(dequantized.values())
+        computes = {_dtype(m.weight.dtype) for m in layers}
+    else:
+        try:
+            import bitsandbytes as bnb
 
-        quantized = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
-    except ImportError:
-        quantized = []
+            layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+        except ImportError:
+            layers = []
+        quant_types = {str(m.weight.quant_type) for m in layers}
+        computes = {_dtype(m.compute_dtype) for m in layers if m.compute_dtype is not None}
     return {
-        "4bit_layers": len(quantized),
-        "quant_types": sorted({str(m.weight.quant_type) for m in quantized}),
-        "4bit_compute_dtypes": sorted({_dtype(m.compute_dtype) for m in quantized if m.compute_dtype is not None}),
+        "4bit_layers": len(layers),
+        "4bit_dequantized_once": bool(dequantized),
+        "quant_types": sorted(quant_types),
+        "4bit_compute_dtypes": sorted(computes),
         "embedding_dtype": _dtype(model.get_input_embeddings().weight.dtype),
     }
 

@@ -14,8 +14,9 @@ import torch
 import transformers
 import yaml
 
-from sacglam_core.benchmarks.gpu_check import Figures, run_config, write_rates
+from sacglam_core.benchmarks.gpu_check import WEIGHTS, Figures, run_config, write_rates
 from sacglam_core.jobs import budget as budgeting
+from sacglam_core.jobs import gpu_rates
 from sacglam_core.pipeline.experiments import expand, load_definitions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -180,17 +181,36 @@ def test_the_profiled_steps_are_whole_steps_of_the_environments():
     assert [profiled_steps(steps, envs) for steps, envs in requested] == [8, 16, 32, 64]
 
 
-def test_dense_weights_are_measured_and_recorded_beside_the_4bit_ones(tmp_path):
-    """`--dense-weights`: the runs load the base weights in the compute dtype, and the rates file records them as
-    such, beside (not over) the paper's 4-bit measurement of the same setting."""
-    assert run_config("SAC-GLAM+HER", tmp_path, "cpu", "eager", 8, tmp_path / "a", small=False).model.load_in_4bit
-    dense = run_config("SAC-GLAM+HER", tmp_path, "cpu", "eager", 8, tmp_path / "b", small=False, four_bit=False)
-    assert not dense.model.load_in_4bit
+def test_other_weights_are_measured_and_recorded_beside_the_4bit_ones(tmp_path):
+    """`--weights dense` loads the base weights in the compute dtype, `--weights dequantized` the 4-bit ones
+    dequantized once at load; the rates file records each as such, beside (not over) the paper's 4-bit measurement of
+    the same setting, and the budget prices each run from its own weights' rate (a dequantized run from 4-bit's where
+    it has none; a 4-bit run never from a dequantized one's)."""
+    configs = {w: run_config("SAC-GLAM+HER", tmp_path, "cpu", "eager", 8, tmp_path / w, False, weights=w).model for w
+               in WEIGHTS}  # fmt: skip
+    assert [(c.load_in_4bit, c.dequantize_4bit) for c in configs.values()] == [
+        (True, False),
+        (True, True),
+        (False, False),
+    ]
     path = tmp_path / "gpu_rates" / "H200.yaml"
     runs = {("SAC-GLAM+HER", "compiled"): Figures(steady=40.0, whole_run=16.0, updates_per_s=5.0)}
     write_rates(path, "H200", "NVIDIA H200", "bfloat16", runs, "gpu_check")
-    write_rates(path, "H200", "NVIDIA H200", "bfloat16", runs, "gpu_check --dense-weights", four_bit=False)
+    fewer = {("SAC-GLAM+HER", "compiled"): Figures(steady=30.0, whole_run=16.0, updates_per_s=5.0)}
+
+    def sac_rate(dequantized: bool) -> float:
+        found = gpu_rates.load(path, ["H200"]).find("bfloat16", True, "obs_action", 1, dequantized)
+        return found.env_steps_per_s["sac+her"].steady
+
+    assert sac_rate(True) == 40.0  # none of its own yet: 4-bit's
+    write_rates(path, "H200", "NVIDIA H200", "bfloat16", fewer, "gpu_check --weights dequantized", "dequantized")
+    write_rates(path, "H200", "NVIDIA H200", "bfloat16", runs, "gpu_check --weights dense", "dense")
     recorded = yaml.safe_load(path.read_text())["measurements"]
-    assert sorted(m["load_in_4bit"] for m in recorded) == [False, True]
-    (dense_notes,) = [m["notes"] for m in recorded if not m["load_in_4bit"]]
-    assert "LoRA, bfloat16 weights" in " ".join(dense_notes.split())
+    assert sorted((m["load_in_4bit"], m.get("dequantize_4bit", False)) for m in recorded) == [
+        (False, False), (True, False), (True, True)
+    ]  # fmt: skip
+    notes = {(m["load_in_4bit"], m.get("dequantize_4bit", False)): " ".join(m["notes"].split()) for m in recorded}
+    assert (
+        "LoRA, bfloat16 weights" in notes[False, False] and "LoRA, 4-bit weights dequantized once" in notes[True, True]
+    )
+    assert (sac_rate(False), sac_rate(True)) == (40.0, 30.0)

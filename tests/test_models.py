@@ -302,6 +302,57 @@ def test_4bit_lora_gets_gradients_after_no_grad_rollout(tiny_path):
     assert lora_b and all(p.grad is not None and p.grad.abs().sum() > 0 for p in lora_b)
 
 
+def scores_and_adapter_grads(lm: GlamLM) -> tuple[torch.Tensor, torch.Tensor]:
+    """The policy's scores of a batch and the gradient of their sum on the adapters' B, from adapters drawn alike."""
+    torch.manual_seed(0)
+    for name, p in lm.model.named_parameters():
+        if "lora_" in name:
+            torch.nn.init.normal_(p, std=0.1)  # peft starts B at 0, which would leave A without gradient
+    scores = lm.score(env_batch(lm)).action_logp
+    scores.sum().backward()
+    grads = torch.cat([p.grad.flatten().float() for n, p in lm.model.named_parameters() if "lora_B" in n])
+    return scores.detach().float(), grads
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_4bit_weights_dequantized_once_hold_the_4bit_values_and_compute_as_well(tiny_models, dtype):
+    """`model.dequantize_4bit`: each 4-bit layer becomes a frozen dense one holding exactly what bitsandbytes
+    dequantizes at every pass. In float32 the scores and the adapters' gradients are the 4-bit model's, bit for bit;
+    in bfloat16 peft adds a dense layer's float32 adapter output before rounding, a 4-bit layer's after, so both are
+    judged against float32 on the same weights: the dense one no farther from it than the 4-bit one (+25%). done.json's
+    record says which layers were 4-bit and what they compute in."""
+    import bitsandbytes as bnb
+
+    from sacglam_core.provenance import weights_record
+
+    path = str(tiny_models["tiny-t5"])
+    four_bit = load_lm(path, dtype=dtype, lora=LoraSettings(r=4), load_in_4bit=True)
+    dense = load_lm(path, dtype=dtype, lora=LoraSettings(r=4), load_in_4bit=True, dequantize_4bit=True)
+    layers = dict(dense.model.named_modules())
+    quantized = {n: m for n, m in four_bit.model.named_modules() if isinstance(m, bnb.nn.Linear4bit)}
+    assert quantized and not any(isinstance(m, bnb.nn.Linear4bit) for m in layers.values())
+    for name, module in quantized.items():
+        values = bnb.functional.dequantize_4bit(module.weight.data, module.weight.quant_state)
+        weight = layers[name].weight
+        assert torch.equal(weight, values.to(getattr(torch, dtype))) and not weight.requires_grad
+    assert [n for n, p in dense.model.named_parameters() if p.requires_grad] == [
+        n for n, p in four_bit.model.named_parameters() if p.requires_grad
+    ]
+    record = weights_record(dense.model)
+    assert record == weights_record(four_bit.model) | {"4bit_dequantized_once": True}
+    assert record["4bit_layers"] == len(quantized) and record["4bit_compute_dtypes"] == [dtype]
+    (four_bit_scores, four_bit_grads), (scores, grads) = map(scores_and_adapter_grads, (four_bit, dense))
+    if dtype == "float32":
+        assert torch.equal(scores, four_bit_scores) and torch.equal(grads, four_bit_grads)
+    else:
+        dense.model.float()  # the same weights, computed in float32
+        exact_scores, exact_grads = scores_and_adapter_grads(dense)
+        for ours, theirs, exact in ((scores, four_bit_scores, exact_scores), (grads, four_bit_grads, exact_grads)):
+            assert (ours - exact).norm() <= 1.25 * (theirs - exact).norm()
+    with pytest.raises(ValueError, match="dequantize_4bit needs model.load_in_4bit"):
+        ModelConfig(path, lora=LoraSettings(), dequantize_4bit=True)
+
+
 def test_bitsandbytes_missing_optional_cpu_kernel_says_nothing():
     """bitsandbytes warns on CPUs with AVX512-BF16 that an optional kernel package is missing, though its fallback
     computes the same products: loading silences that logger, so trainer.log does not start with a false alarm."""

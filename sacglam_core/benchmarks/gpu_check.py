@@ -21,8 +21,9 @@ torch.profiler, the GPU's kernel time and kernels per update and per environment
 host's operator calls per update, and a kernel table (benchmarks/kernels.py: kernel time by kind, the 10 most
 expensive kernels); the seconds spent capturing and compiling; peak memory; and checks that the LoRA weights changed
 and every loss is finite (exit status 1 if not). Each run's figures are also written as a JSON line (`--json FILE`)
-as soon as it ends. `--dense-weights` measures the base weights in the compute dtype instead of 4-bit (the paper's
-setting, the default), and records its rates as such.
+as soon as it ends. `--weights dequantized` measures the paper's 4-bit weights dequantized once at load
+(`model.dequantize_4bit`), `--weights dense` the model's own weights in the compute dtype, instead of 4-bit (the
+paper's setting, the default), and records their rates as such.
 
 Then it writes the steady rates of the default mode (compiled where measured, else captured, else eager), with the
 GPU, dtype, weights, critic, versions, commit, date and command, to workflow/config/gpu_rates/<GPU type>.yaml
@@ -86,6 +87,17 @@ VARIANTS = {  # the paper's run (Tables 1-3, 32 environments, global batch 256) 
 }
 SMALL = {"ppo": {"rollout_steps": 64, "epochs": 2, "minibatch_size": 32}}  # --small: PPO updates within 64 steps
 MODES = {"eager": {"capture": False, "compile": False}, "captured": {"compile": False}, "compiled": {"compile": True}}
+WEIGHTS = {  # --weights: the base weights' settings
+    "4bit": {"load_in_4bit": True},
+    "dequantized": {"load_in_4bit": True, "dequantize_4bit": True},
+    "dense": {"load_in_4bit": False},
+}
+
+
+def weights_words(weights: str, dtype: str) -> str:
+    return {"4bit": "4-bit weights", "dequantized": "4-bit weights dequantized once"}.get(weights, f"{dtype} weights")
+
+
 LOSSES = ("critic_loss", "actor_loss", "policy_loss", "value_loss")
 
 
@@ -98,16 +110,10 @@ def run_config(
     out: Path,
     small: bool,
     dtype: str = "auto",
-    four_bit: bool = True,
+    weights: str = "4bit",
 ) -> RunConfig:
     settings = VARIANTS[variant]
-    model_settings = {
-        "name_or_path": str(model),
-        "device": device,
-        "dtype": dtype,
-        "lora": {},
-        "load_in_4bit": four_bit,
-    }
+    model_settings = {"name_or_path": str(model), "device": device, "dtype": dtype, "lora": {}, **WEIGHTS[weights]}
     return parse_config(
         {
             **settings,
@@ -356,7 +362,7 @@ def write_rates(
     dtype: str,
     runs: dict[tuple[str, str], Figures],
     command: str,
-    four_bit: bool = True,
+    weights: str = "4bit",
 ) -> gpu_rates.GpuRates:
     """Write the steady and whole-run rates of the per-rank runs in the default mode (compiled where measured) to the
     rates file `path` of GPU type `gpu`, over the measurements of the same settings there."""
@@ -390,7 +396,8 @@ def write_rates(
     measurements = [
         gpu_rates.Measurement(
             dtype=dtype,
-            load_in_4bit=four_bit,
+            load_in_4bit=WEIGHTS[weights]["load_in_4bit"],
+            dequantize_4bit=WEIGHTS[weights].get("dequantize_4bit", False),
             critic=critic,
             env_steps_per_s=speeds,
             ranks_per_gpu=ranks,
@@ -404,7 +411,7 @@ def write_rates(
                 f"{'One rank' if ranks == 1 else f'{ranks} ranks in one process'} of the paper's run at gpu_check's "
                 "per-rank settings: 8 environments a rank; SAC-GLAM+HER, 2 updates of 64 a rank every 8 steps a rank, "
                 "warm-up off; PPO-GLAM, 512-step rollouts of 16 epochs of 64; Flan-T5-base's shape with random "
-                f"weights, LoRA, {'4-bit' if four_bit else dtype} weights. Steady: SAC from the middle of its updating "
+                f"weights, LoRA, {weights_words(weights, dtype)}. Steady: SAC from the middle of its updating "
                 "steps, PPO over the "
                 f"rollout+update cycles after its first. {'; '.join(notes[critic, ranks])}."
             ),
@@ -452,9 +459,11 @@ def main() -> int:
         help="model.dtype (auto: what a run on this GPU computes in); float16 measures a V100's dtype on another GPU",
     )
     parser.add_argument(
-        "--dense-weights",
-        action="store_true",
-        help="base weights in the compute dtype, not 4-bit (the paper's 4-bit stays the default): their rates beside",
+        "--weights",
+        default="4bit",
+        choices=list(WEIGHTS),
+        help="the base weights: 4bit (the paper's), dequantized (its values dequantized once at load: "
+        "model.dequantize_4bit) or dense (the model's own in the compute dtype); each one's rates beside the others",
     )
     add_threads_argument(parser)
     args = parser.parse_args()
@@ -487,7 +496,7 @@ def main() -> int:
             run_config(variants[0], model, args.device, "eager", 8, Path(tmp), args.small, args.dtype).model
         ).dtype
         print(f"gpu_check: {name}, torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s), model {model}")
-        weights = "dense weights" if args.dense_weights else "4-bit weights"
+        weights = weights_words(args.weights, dtype)
         print(f"dtype {dtype}, {weights}, LoRA; modes {', '.join(modes)}\n\n{HEADER}")
         for variant in variants:
             envs = VARIANTS[variant].get("num_envs", 8)
@@ -496,9 +505,7 @@ def main() -> int:
             total = args.steps + profiled + envs
             for mode in modes:
                 out = Path(tmp) / f"{variant}-{mode}"
-                config = run_config(
-                    variant, model, args.device, mode, total, out, args.small, args.dtype, not args.dense_weights
-                )
+                config = run_config(variant, model, args.device, mode, total, out, args.small, args.dtype, args.weights)
                 figures, failed = train(config, args.steps - args.steps % envs, profiled)
                 gc.collect()
                 if cuda:
@@ -525,7 +532,7 @@ def main() -> int:
         print(f"rates not written: {unwritten}; --rates FILE writes them")
     else:
         command = " ".join(["python -m sacglam_core.benchmarks.gpu_check", *sys.argv[1:]])
-        write_rates(rates_path, gpu, name, dtype, runs, command, four_bit=not args.dense_weights)
+        write_rates(rates_path, gpu, name, dtype, runs, command, args.weights)
         budgets = "" if args.rates else f": the budget prices runs on {gpu} from it; commit it"
         print(f"rates written to {rates_path}{budgets}")
     print("\nFAILED: " + "; ".join(failures) if failures else "\nall checks passed")

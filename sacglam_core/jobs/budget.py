@@ -146,7 +146,9 @@ class Calibration:
         dtype = self.gpus[gpu].peak(config)[0]
         found = []
         for measured_on, rates in self.checked.items():
-            m = rates.find(dtype, config.model.load_in_4bit, config.sac.critic.input, per_gpu)
+            m = rates.find(
+                dtype, config.model.load_in_4bit, config.sac.critic.input, per_gpu, config.model.dequantize_4bit
+            )
             for algorithm, speed in m.env_steps_per_s.items() if m else ():
                 if speed.peak_memory_gib is not None:
                     rank = (
@@ -174,7 +176,9 @@ class Calibration:
             if on_dtype != dtype:  # another dtype computes otherwise (float16 is eager and loss-scaled)
                 continue
             for ranks in dict.fromkeys((per_gpu, 1)):
-                m = rates.find(dtype, config.model.load_in_4bit, config.sac.critic.input, ranks)
+                m = rates.find(
+                    dtype, config.model.load_in_4bit, config.sac.critic.input, ranks, config.model.dequantize_4bit
+                )
                 for measured in m.env_steps_per_s if m else ():
                     rank = (
                         measured_on != gpu,

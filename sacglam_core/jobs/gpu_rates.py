@@ -74,14 +74,15 @@ class Measurement:
     date: datetime.date
     command: str
     ranks_per_gpu: Annotated[int, Field(ge=1)] = 1  # data-parallel ranks the process held on its GPU
+    dequantize_4bit: bool = False  # model.dequantize_4bit: the 4-bit weights dequantized once at load
     commit: str | None = None
     torch: str | None = None
     transformers: str | None = None
     notes: str = ""
 
     @property
-    def setting(self) -> tuple[str, bool, str, int]:
-        return self.dtype, self.load_in_4bit, self.critic, self.ranks_per_gpu
+    def setting(self) -> tuple[str, bool, str, int, bool]:
+        return self.dtype, self.load_in_4bit, self.critic, self.ranks_per_gpu, self.dequantize_4bit
 
 
 @settings
@@ -89,14 +90,19 @@ class GpuRates:
     gpu: str  # a type of the calibration table's gpus, and the file's name
     measurements: Annotated[list[Measurement], Field(min_length=1)]
 
-    def find(self, dtype: str, load_in_4bit: bool, critic: str, ranks_per_gpu: int = 1) -> Measurement | None:
-        """The measurement in `dtype` with these weights and ranks per GPU, of this critic where there is one."""
+    def find(
+        self, dtype: str, load_in_4bit: bool, critic: str, ranks_per_gpu: int = 1, dequantize_4bit: bool = False
+    ) -> Measurement | None:
+        """The measurement in `dtype` with these weights and ranks per GPU, of this critic where there is one, then
+        of 4-bit weights dequantized once or not as asked where there is one (the same products, without the
+        per-pass dequantization: 4-bit's rate bounds the dequantized one's GPU-hours from above)."""
         matching = [
             m
             for m in self.measurements
             if (m.dtype, m.load_in_4bit, m.ranks_per_gpu) == (dtype, load_in_4bit, ranks_per_gpu)
+            and (dequantize_4bit or not m.dequantize_4bit)
         ]
-        return min(matching, key=lambda m: m.critic != critic, default=None)
+        return min(matching, key=lambda m: (m.critic != critic, m.dequantize_4bit != dequantize_4bit), default=None)
 
 
 def load(path: str | Path, gpus: list[str]) -> GpuRates:
@@ -123,10 +129,10 @@ def load(path: str | Path, gpus: list[str]) -> GpuRates:
     settings = [m.setting for m in rates.measurements]
     twice = next((setting for setting in settings if settings.count(setting) > 1), None)
     if twice:
-        dtype, load_in_4bit, critic, ranks_per_gpu = twice
+        dtype, load_in_4bit, critic, ranks_per_gpu, dequantize_4bit = twice
         raise GpuRatesError(
             f"{path}: measurements: two of dtype {dtype}, load_in_4bit {str(load_in_4bit).lower()}, critic {critic}, "
-            f"ranks_per_gpu {ranks_per_gpu}: keep one"
+            f"ranks_per_gpu {ranks_per_gpu}, dequantize_4bit {str(dequantize_4bit).lower()}: keep one"
         )
     return rates
 
@@ -149,6 +155,8 @@ def record(path: str | Path, gpu: str, measurements: list[Measurement]) -> GpuRa
     rates = GpuRates(gpu, [m for m in kept if m.setting not in new] + measurements)
     raw = dataclasses.asdict(rates)
     for measurement in raw["measurements"]:  # a figure not measured is left out, not written as null
+        if not measurement["dequantize_4bit"]:  # nor the default setting
+            del measurement["dequantize_4bit"]
         for speed in measurement["env_steps_per_s"].values():
             for key in [k for k, v in speed.items() if v is None]:
                 del speed[key]

@@ -144,6 +144,8 @@ def load_model(config: ModelConfig) -> tuple[PreTrainedModel, Architecture]:
         model.to(config.device)
     if config.load_in_4bit:
         _fix_cpu_4bit_backward(model)
+    if config.dequantize_4bit:
+        model = _dequantized(model, dtype)
     if config.lora is not None:
         model = add_lora(model, config, architecture)
     if next(model.parameters()).device.type == "cuda":
@@ -162,6 +164,21 @@ def _fix_cpu_4bit_backward(model: torch.nn.Module) -> None:
     for module in model.modules():
         if isinstance(module, bnb.nn.Linear4bit):
             module.support_avx512bf16_for_cpu = False
+
+
+def _dequantized(model: PreTrainedModel, dtype: torch.dtype) -> PreTrainedModel:
+    """The model with each 4-bit layer replaced by a frozen dense one holding its dequantized weights in `dtype`
+    (what bitsandbytes computes at every pass), and `dequantized_4bit` naming them with their quantisation."""
+    import bitsandbytes as bnb
+
+    quantized = {
+        name: str(m.weight.quant_type) for name, m in model.named_modules() if isinstance(m, bnb.nn.Linear4bit)
+    }
+    model = model.dequantize(dtype=dtype)
+    for name in quantized:
+        model.get_submodule(name).requires_grad_(False)
+    model.dequantized_4bit = quantized
+    return model
 
 
 def add_lora(model: PreTrainedModel, config: ModelConfig, architecture: Architecture):
