@@ -13,7 +13,7 @@ import torch
 from sacglam_core.agent import GlamLM
 from sacglam_core.agent.policy import CandidateDistribution
 from sacglam_core.agent.tokens import PromptTokens
-from sacglam_core.config import LoraSettings, ModelConfig
+from sacglam_core.config import LoraSettings, ModelConfig, parse_config
 from sacglam_core.cpu import KERNELS
 from sacglam_core.envs import VectorPlayground, prompt
 from sacglam_core.models.loading import (
@@ -351,6 +351,9 @@ def test_4bit_weights_dequantized_once_hold_the_4bit_values_and_compute_as_well(
             assert (ours - exact).norm() <= 1.25 * (theirs - exact).norm()
     with pytest.raises(ValueError, match="dequantize_4bit needs model.load_in_4bit"):
         ModelConfig(path, lora=LoraSettings(), dequantize_4bit=True)
+    paper = {"algorithm": "sac", "model": {"name_or_path": path, "lora": {}, "load_in_4bit": True}}
+    once = {**paper, "model": {**paper["model"], "dequantize_4bit": True}}
+    assert parse_config(once).fingerprint == parse_config(paper).fingerprint  # the same weights: no run re-runs
 
 
 def test_bitsandbytes_missing_optional_cpu_kernel_says_nothing():
