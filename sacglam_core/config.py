@@ -83,9 +83,9 @@ class ModelConfig:
     dequantize_4bit: bool = False
     """With `load_in_4bit`, dequantize the 4-bit weights once, at load, into the compute dtype: the same values as
     4-bit (the paper's quantised weights), multiplied without bitsandbytes' dequantization at every pass (8.6% of an
-    H200 update's kernel time, its 4-bit products 3.0%: docs/benchmarks.md), in 3.6x the 4-bit weights' memory
-    (0.5 GB for Flan-T5-base in bfloat16). The same weights, so it leaves the fingerprint alone; acting's fused 4-bit
-    product rounds differently from a dense one."""
+    H200 update's kernel time, its 4-bit products 3.0%: docs/benchmarks.md), in about 3.9x their memory (Flan-T5-base's
+    160M quantized weights: 0.32 GB in bfloat16 against 0.08 GB). The same weights, so it leaves the fingerprint
+    alone; acting's fused 4-bit product rounds differently from a dense one."""
     cache_dir: str | None = None
     """Hugging Face cache folder to load from; null: the hub's default (`HF_HUB_CACHE` or `HF_HOME`)."""
     compile: bool | Literal["auto"] = "auto"

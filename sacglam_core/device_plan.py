@@ -50,7 +50,7 @@ class DevicePlan:
     """The first calls of each device-only function fail on a host read (`model.check_host_reads`; on a CPU not
     with compiled blocks, which torch.compile cannot trace under the check's dispatch mode)."""
     tf32: bool = False
-    """float32 matrix products on TF32 tensor cores (`model.tf32`, on a GPU)."""
+    """float32 matrix products on TF32 tensor cores (`model.tf32`, on a GPU of compute capability 8.0 or later)."""
 
     @classmethod
     def of_run(cls, config: RunConfig) -> DevicePlan:
@@ -95,7 +95,7 @@ class DevicePlan:
             # the CPU's check is a dispatch mode, which torch.compile refuses to trace under ("non-infra torch
             # dispatch mode present, this is not supported today"): compiled CPU blocks go unchecked
             model.check_host_reads and (gpu or not compile_),
-            gpu and model.tf32,
+            gpu and model.tf32 and capability >= (8, 0),  # TF32 tensor cores from the A100 (sm_80) on
         )
 
     @classmethod
@@ -118,7 +118,7 @@ class DevicePlan:
             "captured" if self.capture else "eager",
             "compiled" if self.compile else "not compiled",
         ]
-        if self.gpu:
+        if self.gpu and self.capability >= (8, 0):
             parts.append("TF32 products" if self.tf32 else "float32 products without TF32")
         processes = (
             "one process"

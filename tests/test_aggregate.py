@@ -619,3 +619,25 @@ def test_an_intact_finished_run_passes_every_check(experiment_dir):
     experiment = load_experiment("demo", runs)
     assert experiment.left_out == {} and experiment.warnings() == []
     assert len(experiment.summaries) == 5 and experiment.missing() == {"PPO": [2]}
+
+
+def test_how_kernels_run_is_not_a_difference_from_the_paper():
+    """Settings that change how kernels run (capture, TF32, 4-bit weights dequantized once...) keep a run's
+    fingerprint, so the hyperparameter tables do not list them as differences from the paper either."""
+    from sacglam_core.config import HOW_KERNELS_RUN, parse_config
+    from sacglam_core.pipeline.experiments import merge
+    from sacglam_core.reports.tables import PAPER_MODEL, PAPER_VARIANTS, _other_rows, paper_config
+
+    kernels = {
+        "capture": False,
+        "static_shapes": True,
+        "check_host_reads": True,
+        "tf32": False,
+        "dequantize_4bit": True,
+    }
+    assert set(kernels) == set(HOW_KERNELS_RUN)
+    paper = paper_config("sac_her")
+    mine = parse_config(merge(merge(PAPER_MODEL, PAPER_VARIANTS["sac_her"]), {"model": kernels}))
+    assert mine.fingerprint == paper.fingerprint and _other_rows({"mine": mine}, paper, set()) == []
+    other = parse_config(merge(merge(PAPER_MODEL, PAPER_VARIANTS["sac_her"]), {"model": {"dtype": "float32"}}))
+    assert _other_rows({"mine": other}, paper, set()) == [("model.dtype", "model.dtype")]

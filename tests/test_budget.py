@@ -329,6 +329,28 @@ def test_a_gpu_check_file_prices_its_gpu_type_and_finished_runs_still_win(tmp_pa
     assert calibration.rate(fp32.config, "H100")[1] == "peak-ratio rule x0.54 (H100 float32), not measured"
 
 
+def test_dequantized_weights_are_priced_apart_and_never_price_the_papers_runs(tmp_path, definitions):
+    """`model.dequantize_4bit`: priced from 4-bit's gpu_check rate until its own is measured (said so), its memory
+    never from 4-bit's (it holds more), and neither its measured rate nor its finished runs price a 4-bit run."""
+    her = next(r for r in expand(definitions, ["main"], tmp_path / "results") if r.variant == "SAC-GLAM+HER")
+    once = replace(her, settings=merge(her.settings, {"model": {"dequantize_4bit": True}}))
+    assert budgeting.calibration_key(once.config, "H100") != budgeting.calibration_key(her.config, "H100")
+    speeds = {"sac+her": {"steady": 4.0, "peak_memory_gib": 9.0}}
+    rates_file(tmp_path, env_steps_per_s=speeds)
+    calibration = budgeting.load_calibration(table(tmp_path), tmp_path)
+    assert calibration.rate(once.config, "H100") == (4.0 * 3600, "gpu_check measured 2026-12-01, from 4-bit weights")
+    assert calibration.peak_memory(once.config, "H100", 1) is None and calibration.peak_memory(her.config, "H100", 1)
+    rates_file(tmp_path, dequantize_4bit=True, env_steps_per_s={"sac+her": {"steady": 5.0, "peak_memory_gib": 9.5}})
+    calibration = budgeting.load_calibration(table(tmp_path), tmp_path)
+    assert calibration.rate(once.config, "H100") == (5.0 * 3600, "gpu_check measured 2026-12-01")
+    assert calibration.peak_memory(once.config, "H100", 1) == (9.5, "H100")
+    assert calibration.rate(her.config, "H100")[1].startswith(budgeting.PEAK_RATIO)  # the dequantized one is not its
+    finish(once, hours=1, gpu_name="NVIDIA H100 80GB HBM3")  # a fast finished run of its own key
+    calibration = budgeting.load_calibration(table(tmp_path), tmp_path / "results")
+    assert calibration.rate(once.config, "H100")[1] == "measured (1 runs)"
+    assert calibration.rate(her.config, "H100")[1].startswith(budgeting.PEAK_RATIO)
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
@@ -357,6 +379,10 @@ def test_a_gpu_check_file_prices_its_gpu_type_and_finished_runs_still_win(tmp_pa
             {"env_steps_per_s": {"ppo": {"steady": 4.0, "peak_memory_gib": 0}}},
             "{folder}/H100.yaml: measurements.0.env_steps_per_s.ppo.peak_memory_gib: Input should be greater than 0",
         ),
+        (
+            {"load_in_4bit": False, "dequantize_4bit": True},
+            "{folder}/H100.yaml: measurements.0: dequantize_4bit needs load_in_4bit: it dequantizes the 4-bit weights",
+        ),
         ("gpu: H100\nmeasurements: [\n", "GPU rates file {folder}/H100.yaml is not valid YAML"),
     ],
     ids=[
@@ -368,6 +394,7 @@ def test_a_gpu_check_file_prices_its_gpu_type_and_finished_runs_still_win(tmp_pa
         "no date",
         "not a boolean",
         "no memory",
+        "dequantized, not 4-bit",
         "not YAML",
     ],  # fmt: skip
 )

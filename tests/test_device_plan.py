@@ -69,7 +69,7 @@ def test_on_a_gpu_passes_are_static_captured_and_compiled_where_torch_can_compil
     assert (plan.backend, plan.collectives) == ("nccl", "between graphs")
     assert plan.line == (
         "device plan: cuda:0 (Tesla V100-SXM2-32GB, sm_70), float16 with loss scaling, static shapes, captured, "
-        "compiled, TF32 products; 4 processes over nccl, collectives between graphs"
+        "compiled; 4 processes over nccl, collectives between graphs"
     )
     gpu((7, 0), triton=False)  # torch's rule (torch.utils._triton.has_triton) says no: auto does not compile
     assert not DevicePlan.of_model(ModelConfig("x", device="cuda", lora=LoraSettings())).compile
@@ -81,8 +81,9 @@ def test_on_a_gpu_passes_are_static_captured_and_compiled_where_torch_can_compil
 
 
 def test_tf32_is_the_plans_on_a_gpu_and_reaches_the_loader(gpu):
-    """float32 products run on TF32 on a GPU unless `model.tf32` is off (exact float32, for comparisons); a CPU has
-    no TF32. The loader reads the plan's choice from the model settings the plan hands it."""
+    """float32 products run on TF32 on a GPU from sm_80 on unless `model.tf32` is off (exact float32, for
+    comparisons); a CPU and a V100 have no TF32. The loader reads the plan's choice from the model settings the plan
+    hands it."""
     assert not DevicePlan.of_model(ModelConfig("x")).tf32
     gpu((9, 0), name="NVIDIA H200")
     on = DevicePlan.of_model(ModelConfig("x", device="cuda", dtype="float32"))
@@ -90,6 +91,9 @@ def test_tf32_is_the_plans_on_a_gpu_and_reaches_the_loader(gpu):
     assert (on.tf32, off.tf32) == (True, False)
     assert off.summary.endswith("compiled, float32 products without TF32; one process")
     assert (on.for_model(ModelConfig("x")).tf32, off.for_model(ModelConfig("x")).tf32) == (True, False)
+    gpu((7, 0))  # a V100 has no TF32 tensor cores: nothing to turn on, and the line says nothing of it
+    v100 = DevicePlan.of_model(ModelConfig("x", device="cuda", dtype="float32"))
+    assert not v100.tf32 and "TF32" not in v100.summary
 
 
 def test_the_compile_rule_is_torchs_own(monkeypatch):

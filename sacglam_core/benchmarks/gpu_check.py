@@ -497,6 +497,7 @@ def main() -> int:
         ).dtype
         print(f"gpu_check: {name}, torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s), model {model}")
         weights = weights_words(args.weights, dtype)
+        setting = {"dtype": dtype, "weights": args.weights}  # each JSON line's: one file may gather several
         print(f"dtype {dtype}, {weights}, LoRA; modes {', '.join(modes)}\n\n{HEADER}")
         for variant in variants:
             envs = VARIANTS[variant].get("num_envs", 8)
@@ -515,7 +516,7 @@ def main() -> int:
                     runs[variant, mode] = figures
                     if args.json:
                         with args.json.open("a") as f:
-                            f.write(json.dumps({"variant": variant, "mode": mode, **asdict(figures)}) + "\n")
+                            f.write(json.dumps(setting | {"variant": variant, "mode": mode, **asdict(figures)}) + "\n")
                 print(row(variant, mode, figures, failed), flush=True)
                 if figures is not None and figures.kernels is not None:
                     print("  kernel time by kind:", *figures.kernels.lines(), sep="\n", flush=True)

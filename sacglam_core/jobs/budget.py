@@ -46,7 +46,9 @@ def algorithm_key(config: RunConfig) -> str:
 def calibration_key(config: RunConfig, gpu: str, ranks_per_gpu: int = 1) -> str:
     env = "simplified" if config.env.simplified else "full"
     key = f"{algorithm_key(config)}|{Path(config.model.name_or_path).name}|{env}|{gpu}"
-    return key + (f"|{ranks_per_gpu} ranks per GPU" if ranks_per_gpu > 1 else "")
+    # a faster setting's finished runs must not price the paper's: the dequantized weights' keep a key of their own
+    dequantized = "|4-bit dequantized once" if config.model.dequantize_4bit else ""
+    return key + dequantized + (f"|{ranks_per_gpu} ranks per GPU" if ranks_per_gpu > 1 else "")
 
 
 def ranks_per_gpu(config: RunConfig, gpus: int) -> int:
@@ -142,13 +144,14 @@ class Calibration:
         """A process's measured peak of GPU memory in GiB for `config` with `per_gpu` ranks on its GPU, and where it
         was measured: gpu_check's measurement of this many ranks per GPU in the run's dtype and weights, of its
         algorithm (else the nearest), on this GPU type first, else on another (memory does not scale with peaks);
-        None where none was measured."""
+        None where none was measured (a dequantized run's never from 4-bit weights', which hold less)."""
         dtype = self.gpus[gpu].peak(config)[0]
+        dequantized = config.model.dequantize_4bit
         found = []
         for measured_on, rates in self.checked.items():
-            m = rates.find(
-                dtype, config.model.load_in_4bit, config.sac.critic.input, per_gpu, config.model.dequantize_4bit
-            )
+            m = rates.find(dtype, config.model.load_in_4bit, config.sac.critic.input, per_gpu, dequantized)
+            if m is not None and m.dequantize_4bit != dequantized:
+                continue
             for algorithm, speed in m.env_steps_per_s.items() if m else ():
                 if speed.peak_memory_gib is not None:
                     rank = (
@@ -195,6 +198,8 @@ class Calibration:
         source = f"{GPU_CHECK} {m.date}" + (", whole run" if which == "whole run" else "")
         if measured_on != gpu:
             source += f", on {measured_on} x{peak / on_peak:.2f} (dense peaks)"
+        if m.dequantize_4bit != config.model.dequantize_4bit:
+            source += ", from 4-bit weights"
         if measured != algorithm:
             source += f", from {measured} x{relative:.2f}"
         if ranks != per_gpu:

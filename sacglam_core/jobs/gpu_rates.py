@@ -3,7 +3,8 @@
 One file per type, `gpu_rates/<type>.yaml` beside the calibration table (workflow/config/gpu_rates/H100.yaml), written
 by `python -m sacglam_core.benchmarks.gpu_check` on a GPU of that type, or by hand for a measurement made otherwise.
 It holds measurements of one process at gpu_check's per-rank settings, one per setting (compute dtype, 4-bit weights or
-not, SAC's critic, data-parallel ranks the process held on its GPU), each with its environment steps/s per algorithm
+not, SAC's critic, data-parallel ranks the process held on its GPU, 4-bit weights dequantized once at load or not),
+each with its environment steps/s per algorithm
 and where they come from. gpu_check replaces the
 measurements of the settings it measured and keeps the others.
 """
@@ -79,6 +80,12 @@ class Measurement:
     torch: str | None = None
     transformers: str | None = None
     notes: str = ""
+
+    @model_validator(mode="after")
+    def _dequantized_from_4bit(self):
+        if self.dequantize_4bit and not self.load_in_4bit:
+            raise ValueError("dequantize_4bit needs load_in_4bit: it dequantizes the 4-bit weights")
+        return self
 
     @property
     def setting(self) -> tuple[str, bool, str, int, bool]:

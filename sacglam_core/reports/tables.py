@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from sacglam_core.atomic import write_text
-from sacglam_core.config import RunConfig, parse_config
+from sacglam_core.config import HOW_KERNELS_RUN, RunConfig, parse_config
 from sacglam_core.pipeline.experiments import merge
 from sacglam_core.reports.aggregate import (
     GOAL_TYPE_COLUMNS,
@@ -73,8 +73,11 @@ COMMON_ROWS = [
     ("Horizon", "env.max_steps"),
     ("Grasp goals hold", "env.grasp_rule"),
 ]
-# Settings that do not change what a run learns, left out of the comparison with the paper.
-NOT_COMPARED = ("output_dir", "seed", "threads", "model.device", "model.cache_dir", "checkpoint.")
+# Settings that do not change what a run learns, left out of the comparison with the paper (how kernels run too).
+NOT_COMPARED = (
+    "output_dir", "seed", "threads", "model.device", "model.cache_dir", "checkpoint.",
+    *(f"model.{how}" for how in HOW_KERNELS_RUN),
+)  # fmt: skip
 
 # The paper's settings for Figure 2: RunConfig's defaults (Tables 1-3; where the paper is silent, the first
 # author's code, else documented choices such as the horizon), the model of section 3 and Appendix C
