@@ -11,15 +11,19 @@ from sacglam_core.benchmarks import node_check
 
 @pytest.mark.slow
 def test_the_node_check_runs_its_parts_on_a_cpu_and_writes_their_figures(tmp_path, tiny_models):
-    """Two gloo processes against two ranks in one process, float16 (eager on a CPU) with a forced overflow, and the
-    first job with the tiny T5 staged as the hub model: every check passes but the GPU's."""
-    status = node_check.main(["--device", "cpu", "--out", str(tmp_path), "--model", str(tiny_models["tiny-t5"])])
+    """Two gloo processes against two ranks in one process (and the latter again, which a CPU repeats exactly),
+    float16 (eager on a CPU) with a forced overflow, and the first job with the tiny T5 staged as the hub model: every
+    check passes but the GPU's."""
+    command = ["--device", "cpu", "--out", str(tmp_path), "--model", str(tiny_models["tiny-t5"]), "--repeat"]
+    status = node_check.main(command)
     parts = {r["part"]: r for r in map(json.loads, (tmp_path / "node_check.jsonl").read_text().splitlines())}
     assert list(parts) == ["processes", "float16", "first job"]
     assert parts["processes"]["failed"] == [] and parts["float16"]["failed"] == []
     for variant in ("SAC-GLAM+HER", "PPO-GLAM"):
         layouts = parts["processes"]["figures"][variant]
         assert layouts["2 processes"]["plan"].endswith("2 processes over gloo, collectives in the update")
+        again = layouts["one process, again"]  # the same layout twice on a CPU: the same numbers
+        assert (again["metrics"], again["weights"]) == (0.0, 0.0), again
         for layout in ("one", "two"):  # float32 products without TF32 on a GPU: a difference is the layout's
             run = yaml.safe_load((tmp_path / "runs" / "processes" / variant / f"{layout}.yaml").read_text())
             assert run["model"]["tf32"] is False

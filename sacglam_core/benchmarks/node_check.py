@@ -9,7 +9,8 @@ V100 computes, and the first job (gpu_smoke) run on a GPU. A CPU runs the same l
   name alone), captured and compiled, against the same 2 ranks held by one process, in float32 without TF32 (`--dtype`
   another): every metric of the metrics rows but DIAGNOSTICS, and the distance between the trained weights, within
   `TOLERANCE`; the seconds per update of each layout (the last metrics row's window, after the first captures and
-  compilations); the device plan each printed.
+  compilations); the device plan each printed. `--repeat` runs the one-process layout again and reports how far apart
+  the two are: the device's own nondeterminism, against which a difference between the layouts reads.
 - `float16`: SAC-GLAM+HER and PPO-GLAM in float16 with the loss scaler, captured and compiled, against eager float16:
   losses finite, metrics within `TOLERANCE`; then, captured and compiled, a forced overflow (benchmarks/faults.py)
   at one update: that update's step of the poisoned optimizer skipped and nothing else, the scale halved, and the run
@@ -171,7 +172,7 @@ def seconds_per_update(out: Path) -> float:
 
 
 def processes_part(
-    work: Path, model: Path, device: str, variants: list[str], dtype: str = "float32"
+    work: Path, model: Path, device: str, variants: list[str], dtype: str = "float32", repeat: bool = False
 ) -> tuple[dict, list[str]]:
     figures, failed = {}, []
     for variant in variants:
@@ -200,6 +201,11 @@ def processes_part(
             "2 processes": {"plan": plan_line(two.stderr), "s_per_update": seconds_per_update(work / variant / "two")},
             "largest relative difference": gap,
         }
+        if repeat:  # the same layout again: what the device's own nondeterminism puts between two runs, reported
+            again = work / variant / "again"
+            rerun = train(write_run(again.with_suffix(".yaml"), base | {"ranks": 2, "output_dir": str(again)}))
+            same = differences(work / variant / "one", again, start) if rerun.returncode == 0 else rerun.stderr[-2000:]
+            figures[variant]["one process, again"] = same
         if gap["metrics"] > TOLERANCE["metrics"] or gap["weights"] > TOLERANCE["weights"]:
             failed.append(f"{variant}: 2 processes differ from 2 ranks in one process: {gap} (tolerance {TOLERANCE})")
     return figures, failed
@@ -359,6 +365,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--variants", default=",".join(VARIANTS), help=f"processes and float16: of {', '.join(VARIANTS)}"
     )
+    parser.add_argument(
+        "--repeat",
+        action="store_true",
+        help="processes: run the one-process layout twice and report how far apart the two runs are (the device's "
+        "own nondeterminism, against which the layouts' difference reads)",
+    )
     add_threads_argument(parser)
     args = parser.parse_args(argv)
     parts = args.parts.split(",")
@@ -380,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     kept = args.out / "runs" / part  # each run's metrics, done.json and stderr stay for reading
                     if part == "processes":
-                        figures, failed = processes_part(kept, tiny, args.device, variants, args.dtype)
+                        figures, failed = processes_part(kept, tiny, args.device, variants, args.dtype, args.repeat)
                     else:
                         figures, failed = float16_part(kept, tiny, args.device, variants)
             except Exception as error:  # noqa: BLE001 (a part that breaks is a finding; the next still runs)
