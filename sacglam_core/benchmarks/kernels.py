@@ -1,8 +1,9 @@
 """What a profiled window's GPU kernels do: their time by kind, and the most expensive kernels.
 
 Kinds are read from kernel names (cuBLAS, CUTLASS, bitsandbytes, flash attention and Triton's generated names,
-which carry the operators they fuse), the first matching kind in `KINDS` order. LoRA's products are matrix products
-of rank 16 whose kernels carry no mark of it: they are counted with the matrix products.
+which carry the operators they fuse), the first matching kind in `KINDS` order. LoRA's products carry no mark of
+LoRA: under bfloat16 or float16 they are the float32 ones (with the critic heads'), counted apart; in a float32 run
+every product is.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("attention", ("flash", "fmha", "attention", "sdpa")),
     ("softmax / log-softmax", ("softmax", "logsumexp")),
     ("norms", ("norm", "rsqrt")),
+    # float32 inputs (TF32 or not): under a 16-bit dtype only the LoRA adapters' and the critic heads' products
+    ("float32 products (LoRA, heads)", ("f32f32_tf32f32", "f32f32_f32f32", "s1688gemm", "sgemm")),
     ("matrix products", ("gemm", "xmma", "cutlass", "cublas", "wgmma", "sm90_", "sm80_", "triton_tem_", "splitk")),
     ("copies", ("copy", "memcpy", "memset", "catarray", "cat_", "index", "gather", "scatter", "fill")),
     ("element-wise and reductions", ("elementwise", "triton_poi", "triton_red", "triton_per", "vectorized", "reduce")),
