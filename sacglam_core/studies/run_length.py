@@ -71,6 +71,8 @@ def figure(table: pd.DataFrame, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10.5, 3.8))
+    colors = {variant: f"C{i}" for i, variant in enumerate(table["variant"].unique())}  # the same in both panels
+    lengths = sorted(table["steps"].unique())
     for ax, name, title in (
         (axes[0], "final_success", "final success"),
         (axes[1], "planner_q_share", "argmax Q a best action (planner)"),
@@ -79,11 +81,15 @@ def figure(table: pd.DataFrame, path: Path) -> None:
             rows = rows.sort_values("steps")
             if rows[name].notna().any():
                 errors = [rows[name] - rows[f"{name}_low"], rows[f"{name}_high"] - rows[name]]
-                ax.errorbar(rows["steps"], rows[name], yerr=errors, marker="o", capsize=3, label=variant)
+                ax.errorbar(
+                    rows["steps"], rows[name], yerr=errors, marker="o", capsize=3, label=variant, color=colors[variant]
+                )
         if name == "planner_q_share":
             prior = table.groupby("steps")["prior_policy_share"].mean()
             ax.plot(prior.index, prior.to_numpy(), "k--", label="the prior's argmax pi")
         ax.set_xscale("log")
+        ax.set_xticks(lengths, [f"{steps:,}" for steps in lengths])
+        ax.minorticks_off()
         ax.set_xlabel("environment steps of the run")
         ax.set_title(title)
         ax.legend(fontsize=8)
