@@ -17,6 +17,8 @@ import torch
 
 from sacglam_core.config import ConfigError, ModelConfig, RunConfig
 
+AMPERE = (8, 0)  # compute capability from which GPUs have bfloat16 and TF32 tensor cores (the A100, sm_80)
+
 Backend = Literal["auto", "nccl", "gloo"]
 Collectives = Literal["none", "in the update", "between graphs"]
 
@@ -67,7 +69,7 @@ class DevicePlan:
         gpu = device.startswith("cuda")
         capability = tuple(torch.cuda.get_device_capability(device)) if gpu else None
         dtype = model.compute_dtype(capability)
-        if gpu and dtype == "bfloat16" and capability < (8, 0):
+        if gpu and dtype == "bfloat16" and capability < AMPERE:
             raise ConfigError(
                 f"model.dtype: bfloat16 needs a GPU of compute capability 8.0 or later; {device} is "
                 f"sm_{capability[0]}{capability[1]}: use auto (float16 with loss scaling there) or float32"
@@ -95,7 +97,7 @@ class DevicePlan:
             # the CPU's check is a dispatch mode, which torch.compile refuses to trace under ("non-infra torch
             # dispatch mode present, this is not supported today"): compiled CPU blocks go unchecked
             model.check_host_reads and (gpu or not compile_),
-            gpu and model.tf32 and capability >= (8, 0),  # TF32 tensor cores from the A100 (sm_80) on
+            gpu and model.tf32 and capability >= AMPERE,
         )
 
     @classmethod
@@ -118,7 +120,7 @@ class DevicePlan:
             "captured" if self.capture else "eager",
             "compiled" if self.compile else "not compiled",
         ]
-        if self.gpu and self.capability >= (8, 0):
+        if self.gpu and self.capability >= AMPERE:
             parts.append("TF32 products" if self.tf32 else "float32 products without TF32")
         processes = (
             "one process"
